@@ -1,0 +1,3 @@
+from agentlightning_cli.cli import main
+
+main()

@@ -1,0 +1,117 @@
+"""The `alight` command line: thin Typer commands that resolve settings, call one function, render."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from agentlightning_cli import __version__
+from agentlightning_cli.errors import AlightError
+
+app = typer.Typer(
+    name="alight",
+    help="Train the model behind an unmodified coding-agent harness with reinforcement learning.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(help="Show the resolved settings and where they come from.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"alight {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = None,
+) -> None:
+    """alight trains the model behind a real, unmodified coding-agent harness with RL."""
+
+
+def emit_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+@config_app.command("show")
+def config_show(as_json: JsonFlag = False) -> None:
+    """Print the settings after merging flags, ALIGHT_* env, ./alight.yaml, the user file and defaults."""
+    from agentlightning_cli.config import load_settings, project_config_path, user_config_path
+
+    settings = load_settings()
+    data = settings.model_dump(mode="json")
+    if as_json:
+        emit_json(data)
+        return
+    import yaml
+
+    typer.echo(f"# user file:    {user_config_path()}")
+    typer.echo(f"# project file: {project_config_path()}")
+    typer.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@app.command()
+def doctor(as_json: JsonFlag = False) -> None:
+    """Check what alight needs: Python, the train and vLLM extras, Node/npm, tmux, Python 3.12 for OpenHands."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentlightning_cli.doctor import run_checks
+
+    report = run_checks()
+    if as_json:
+        emit_json(report)
+        return
+    table = Table("check", "status", "version", "fix")
+    for c in report["checks"]:
+        table.add_row(c["name"], "[green]ok[/]" if c["ok"] else "[red]missing[/]", c["version"] or "", c["fix"] or "")
+    console = Console()
+    console.print(table)
+    p = report["platform"]
+    console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
+
+
+def main() -> None:
+    """Entry point: map errors to exit codes (AlightError 1, usage 2, Ctrl-C 130)."""
+    try:
+        app(standalone_mode=False)
+    except AlightError as exc:
+        _print_error(exc.message, exc.hint)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click's own usage errors carry exit_code 2
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            _print_error("interrupted")
+            sys.exit(130)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+def _print_error(message: str, hint: str | None = None) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    if hint:
+        sys.stderr.write(f"hint: {hint}\n")
+
+
+if __name__ == "__main__":
+    main()

