@@ -86,25 +86,24 @@ def doctor(as_json: JsonFlag = False) -> None:
 def main() -> None:
     """Entry point: map errors to exit codes (AlightError 1, usage 2, Ctrl-C 130)."""
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
     except AlightError as exc:
         _print_error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _print_error("interrupted")
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click's own usage errors carry exit_code 2
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:
+        # Typer vendors its own click, so match its exceptions by shape rather than import a private module.
+        if type(exc).__name__ == "Abort":
             _print_error("interrupted")
             sys.exit(130)
-        if isinstance(exc, click.ClickException):
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    if isinstance(rv, int) and rv:
+        sys.exit(rv)
 
 
 def _print_error(message: str, hint: str | None = None) -> None:
