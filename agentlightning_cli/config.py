@@ -19,6 +19,7 @@ from agentlightning_cli.errors import AlightError
 ENV_PREFIX = "ALIGHT_"
 # Nested keys in the environment: ALIGHT_PROXY__PORT=8080 sets proxy.port.
 ENV_NESTING = "__"
+ENV_SOURCE = "environment (ALIGHT_*)"
 
 
 class Section(BaseModel):
@@ -139,7 +140,10 @@ def _check_layer(layer: dict[str, Any], source: str) -> None:
         Settings.model_validate(layer)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        if source == ENV_SOURCE:
+            source = f"environment variable {ENV_PREFIX}{ENV_NESTING.join(loc).upper()}"
         if err["type"] == "extra_forbidden":
             raise AlightError(f"{source}: unknown setting '{key}'", "see `alight config show` for valid keys") from exc
         raise AlightError(f"{source}: setting '{key}': {err['msg']}") from exc
@@ -157,7 +161,7 @@ def load_settings(
     for path in (user_file or user_config_path(), project_file or project_config_path()):
         if path.is_file():
             layers.append((_read_yaml(path), str(path)))
-    layers.append((_env_layer(environ), "environment (ALIGHT_*)"))
+    layers.append((_env_layer(environ), ENV_SOURCE))
     layers.append((_strip_none(flags or {}), "command-line flags"))
     merged: dict[str, Any] = {}
     for layer, source in layers:
