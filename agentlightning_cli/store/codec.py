@@ -1,0 +1,105 @@
+"""Exact, compact encodings for what the calls table holds: token ids, logprobs and HTTP bodies.
+
+Everything here round-trips bit-exactly; nothing is re-tokenised, rounded or re-serialised.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+import zstandard
+
+# Token ids as little-endian uint32: 4 bytes a token, no framing; every vocabulary in use fits in 32 bits.
+_ID_TYPE = "I" if array("I").itemsize == 4 else "L"
+# Logprobs as little-endian float64: exactly the Python floats the proxy parsed, nothing rounded.
+_FLOAT_TYPE = "d"
+_BIG_ENDIAN = sys.byteorder == "big"
+
+# Level 3 is zstd's default: ~10x faster than high levels and, with the previous body as dictionary,
+# the delta of a chat request is already tiny (only the new messages are encoded).
+_LEVEL = 3
+
+
+def pack_ids(ids: list[int]) -> bytes:
+    try:
+        arr = array(_ID_TYPE, ids)
+    except OverflowError as exc:
+        raise ValueError("token ids must be integers in [0, 2**32)") from exc
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack_ids(data: bytes) -> list[int]:
+    arr = array(_ID_TYPE)
+    arr.frombytes(data)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tolist()
+
+
+def pack_floats(values: list[float]) -> bytes:
+    arr = array(_FLOAT_TYPE, values)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack_floats(data: bytes) -> list[float]:
+    arr = array(_FLOAT_TYPE)
+    arr.frombytes(data)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tolist()
+
+
+def common_prefix_len(a: bytes, b: bytes, unit: int = 4) -> int:
+    """Length in bytes (a multiple of `unit`) of the longest common prefix of two packed id arrays.
+
+    Binary search over slice equality: each comparison runs in C, so this is O(n log n) byte compares
+    instead of a Python loop over tens of thousands of tokens.
+    """
+    n = min(len(a), len(b)) // unit
+    if a[: n * unit] == b[: n * unit]:
+        return n * unit
+    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] != b[:hi]
+    ma, mb = memoryview(a), memoryview(b)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ma[: mid * unit] == mb[: mid * unit]:
+            lo = mid
+        else:
+            hi = mid
+    return lo * unit
+
+
+def compress(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=_LEVEL).compress(data)
+
+
+def decompress(data: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompress(data)
+
+
+def compress_delta(data: bytes, base: bytes) -> bytes:
+    """zstd with `base` (an earlier body of the same kind) as raw-content dictionary.
+
+    A chat request resends the whole conversation, so nearly all of it is found in the previous request
+    and encoded as back-references; the frame holds little more than the new messages.
+    """
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    # The window must reach back over the whole dictionary, or older parts of the conversation are missed.
+    params = zstandard.ZstdCompressionParameters.from_level(
+        _LEVEL, source_size=len(data), dict_size=len(base), window_log=_window_log(len(base) + len(data))
+    )
+    return zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params).compress(data)
+
+
+def decompress_delta(data: bytes, base: bytes) -> bytes:
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    return zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=2**31).decompress(data)
+
+
+def _window_log(size: int) -> int:
+    return min(max(size - 1, 1).bit_length(), 30) if size > 1024 else 10

@@ -1,0 +1,169 @@
+"""The schema, as append-only named migrations. Never edit a released migration: add a new one.
+
+Comments inside each CREATE statement say why a table or column exists; SQLite keeps them in
+`sqlite_master`, so the generated schema documentation (schema_doc.py) shows them too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from agentlightning_cli.errors import AlightError
+
+M001_INITIAL = """
+CREATE TABLE runs (
+  -- Why: one row per `alight run`, so episodes of a run (and its rounds) can be found and resumed.
+  id          TEXT PRIMARY KEY,
+  name        TEXT NOT NULL UNIQUE,   -- what the user types: `alight inspect NAME`
+  config      TEXT NOT NULL,          -- JSON snapshot of the resolved settings, to reproduce the run
+  created_at  REAL NOT NULL,          -- time.time() seconds, like every timestamp here
+  status      TEXT NOT NULL           -- running | done | failed | interrupted
+);
+
+CREATE TABLE rounds (
+  -- Why: training happens between rounds; every episode of a round is sampled from one policy, and
+  -- the trainer must know which adapter produced the logprobs it uses for importance weights.
+  id            TEXT PRIMARY KEY,
+  run_id        TEXT NOT NULL REFERENCES runs(id),
+  idx           INTEGER NOT NULL,     -- 0, 1, 2, ... within the run
+  policy        TEXT NOT NULL,        -- adapter name served by vLLM, e.g. policy-r0
+  adapter_path  TEXT,                 -- where that adapter lives on disk (NULL: the zero-initialised one)
+  status        TEXT NOT NULL,        -- running | done | failed
+  started_at    REAL NOT NULL,
+  ended_at      REAL,
+  UNIQUE (run_id, idx)
+);
+
+CREATE TABLE episodes (
+  -- Why: one harness process on one task attempt; the unit that gets a reward and a group advantage.
+  id             TEXT PRIMARY KEY,    -- sortable: ep-<time><random>
+  run_id         TEXT REFERENCES runs(id),     -- NULL for ad-hoc proxy traffic (`alight proxy`)
+  round_id       TEXT REFERENCES rounds(id),
+  task_id        TEXT,                -- id from the task set; GRPO groups attempts by it
+  attempt        INTEGER NOT NULL,
+  harness        TEXT,                -- recipe name, e.g. mini-swe-agent
+  key_sha256     BLOB NOT NULL,       -- sha256 of the per-episode API key: the proxy checks it, a leaked
+                                      -- database does not hand out working keys
+  status         TEXT NOT NULL,       -- pending | running | done | failed
+  reward         REAL,
+  reward_detail  TEXT,                -- JSON from the reward command's final line (tests passed, ...)
+  created_at     REAL NOT NULL,
+  started_at     REAL,
+  ended_at       REAL,
+  exit_code      INTEGER,             -- the harness process's exit code
+  error          TEXT,                -- why it failed, in one line, when it did
+  workspace      TEXT,                -- path of the checked-out repo the harness worked in
+  outcome        TEXT                 -- how it ended: completed | timeout | budget_exceeded | crashed | ...
+);
+CREATE INDEX episodes_by_run ON episodes (run_id, round_id);
+
+CREATE TABLE calls (
+  -- Why: every model call an episode made, exactly as sent and received, with the token ids and
+  -- logprobs vLLM reported: training rows are built from these ids, never by re-tokenising text.
+  id               TEXT PRIMARY KEY,
+  episode_id       TEXT NOT NULL REFERENCES episodes(id),
+  seq              INTEGER NOT NULL,  -- 0, 1, 2, ... per episode, gapless; assigned under BEGIN IMMEDIATE
+  protocol         TEXT NOT NULL,     -- openai-chat | anthropic-messages | openai-responses | other
+  method           TEXT NOT NULL,
+  path             TEXT NOT NULL,     -- after the /e/<episode> prefix, with the query string
+  status           TEXT NOT NULL,     -- ok | partial | client_error | upstream_error | unreachable | ...
+  http_status      INTEGER NOT NULL,  -- what the client got
+  stream           INTEGER NOT NULL,  -- 0/1
+  client_headers   TEXT NOT NULL,     -- JSON, without authorization / x-api-key
+  -- Request bodies resend the whole conversation, so each is stored as a zstd frame that uses an
+  -- earlier body of the same kind (`*_base_seq`, same episode) as raw-content dictionary: an episode's
+  -- bytes grow about linearly. A NULL base is a keyframe (plain zstd); keyframes bound read cost.
+  client_request             BLOB NOT NULL,
+  client_request_size        INTEGER NOT NULL,  -- decoded length, checked on read
+  client_request_base_seq    INTEGER,
+  client_request_chain       INTEGER NOT NULL,  -- bodies decoded to read this one (1 = keyframe)
+  client_request_chain_bytes INTEGER NOT NULL,  -- their total decoded bytes: the read cost
+  upstream_request             BLOB,            -- what we sent to vLLM (translated, ids requested)
+  upstream_request_size        INTEGER,
+  upstream_request_base_seq    INTEGER,
+  upstream_request_chain       INTEGER,
+  upstream_request_chain_bytes INTEGER,
+  response           BLOB,            -- zstd of what the client saw (streams: the full SSE bytes)
+  response_size      INTEGER,
+  upstream_response  BLOB,            -- zstd of vLLM's JSON (NULL for streams: ids are kept below)
+  upstream_response_size INTEGER,
+  -- Prompt ids of call n usually start with call n-1's prompt + completion: store a reference to that
+  -- call and a prefix length into its (prompt + completion), plus only the new tail. O(new tokens).
+  prompt_base_seq    INTEGER,         -- NULL: the tail is the whole prompt
+  prompt_prefix_len  INTEGER,         -- tokens taken from the base call's prompt + completion
+  prompt_tail        BLOB,            -- little-endian uint32 token ids
+  prompt_len         INTEGER,         -- full prompt length, checked on read; NULL when ids are unknown
+  completion_ids     BLOB,            -- little-endian uint32
+  completion_logprobs BLOB,           -- little-endian float64, exactly as vLLM reported them
+  finish_reason      TEXT,
+  usage              TEXT,            -- JSON
+  client_model       TEXT,            -- model name the client asked for
+  model              TEXT,            -- policy / adapter name sent upstream
+  sampling           TEXT,            -- JSON: temperature, top_p, max_tokens ... as sent upstream
+  dropped            TEXT,            -- JSON: request fields translation dropped (recorded, not sent)
+  started_at         REAL NOT NULL,
+  first_byte_at      REAL,            -- time to first byte is the latency users feel
+  ended_at           REAL NOT NULL,
+  error              TEXT,
+  UNIQUE (episode_id, seq)            -- also the index every per-episode read and the seq lookup use
+);
+"""
+
+# (name, why, sql). Names sort in apply order; the table records which ran.
+MIGRATIONS: list[tuple[str, str, str]] = [
+    ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
+]
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS _alight_migrations (
+  -- Why: which named migrations this file has had, so opening applies only the missing ones.
+  name        TEXT PRIMARY KEY,
+  applied_at  REAL NOT NULL
+)
+"""
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a script into statements so they run inside our own transaction (executescript commits)."""
+    statements, current = [], ""
+    for line in sql.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip() and not current.strip().startswith("--"):
+        raise ValueError(f"incomplete SQL statement in migration: {current.strip()[:80]}")
+    return statements
+
+
+def apply_migrations(conn: sqlite3.Connection) -> list[str]:
+    """Apply missing migrations in one BEGIN IMMEDIATE transaction; returns the names applied.
+
+    Two processes opening a fresh file at once serialise on the write lock; the second sees the ledger
+    rows the first committed and applies nothing.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_LEDGER)
+        done = {row[0] for row in conn.execute("SELECT name FROM _alight_migrations")}
+        known = {name for name, _, _ in MIGRATIONS}
+        unknown = sorted(done - known)
+        if unknown:
+            raise AlightError(
+                f"this database has migrations this alight does not know: {', '.join(unknown)}",
+                hint="it was written by a newer alight; upgrade with `pip install -U agentlightning-cli`",
+            )
+        applied = []
+        for name, _, sql in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in split_statements(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO _alight_migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
+            applied.append(name)
+        conn.execute("COMMIT")
+        return applied
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

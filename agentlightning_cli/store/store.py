@@ -1,0 +1,237 @@
+"""The typed, blocking API over one run directory's alight.db. The only module callers import for storage.
+
+Thread-safe: each thread gets its own connection (WAL lets readers run beside the writer). Safe from several
+processes: every write is one BEGIN IMMEDIATE transaction, retried on SQLITE_BUSY.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.store import calls as call_rows
+from agentlightning_cli.store.connection import connect, write_transaction
+from agentlightning_cli.store.episode_cache import EpisodeCache
+from agentlightning_cli.store.ids import new_id
+from agentlightning_cli.store.migrations import apply_migrations
+from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run
+
+DB_NAME = "alight.db"
+_EPISODE_FIELDS = {
+    "status", "reward", "reward_detail", "started_at", "ended_at", "exit_code", "error", "outcome", "workspace",
+}  # fmt: skip
+
+
+def _key_hash(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class Store:
+    """Runs, rounds, episodes and their calls, in `<run_dir>/alight.db`."""
+
+    def __init__(self, path: Path, keyframes: call_rows.KeyframePolicy | None = None):
+        self.path = Path(path)
+        self.keyframes = keyframes or call_rows.KeyframePolicy()
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._cache = EpisodeCache()
+        self._closed = False
+        apply_migrations(self._conn())
+
+    @classmethod
+    def open(cls, run_dir: str | Path, keyframes: call_rows.KeyframePolicy | None = None) -> Store:
+        """Open (creating if needed) `run_dir/alight.db` and apply any missing migrations."""
+        run_dir = Path(run_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            return cls(run_dir / DB_NAME, keyframes)
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise AlightError(f"cannot open the store at {run_dir / DB_NAME}: {exc}",
+                              hint="check the run directory exists, is writable and holds an alight database") from exc
+
+    def close(self) -> None:
+        with self._conns_lock:
+            self._closed = True
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._conns_lock:
+                if self._closed:
+                    raise RuntimeError("store is closed")
+                conn = connect(self.path)
+                conn.row_factory = sqlite3.Row
+                self._conns.append(conn)
+            self._local.conn = conn
+        return conn
+
+    # runs and rounds ---------------------------------------------------------------------------------
+    def create_run(self, name: str, config: dict[str, Any]) -> Run:
+        run = Run(id=new_id("run"), name=name, config=config, created_at=time.time(), status="running")
+        try:
+            write_transaction(self._conn(), lambda c: c.execute(
+                "INSERT INTO runs (id, name, config, created_at, status) VALUES (?, ?, ?, ?, ?)",
+                (run.id, name, json.dumps(config), run.created_at, run.status)))
+        except sqlite3.IntegrityError as exc:
+            raise AlightError(f"a run named {name!r} already exists in {self.path}",
+                              hint="pick another name, or resume that run") from exc
+        return run
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        self._update_one("runs", run_id, {"status": status})
+
+    def get_run(self, name_or_id: str) -> Run | None:
+        row = self._conn().execute("SELECT * FROM runs WHERE id = ? OR name = ?", (name_or_id, name_or_id)).fetchone()
+        return None if row is None else _run(row)
+
+    def list_runs(self) -> list[Run]:
+        return [_run(r) for r in self._conn().execute("SELECT * FROM runs ORDER BY created_at, id")]
+
+    def create_round(self, run_id: str, index: int, policy: str, adapter_path: str | None) -> Round:
+        rnd = Round(id=new_id("rnd"), run_id=run_id, index=index, policy=policy, adapter_path=adapter_path,
+                    status="running", started_at=time.time(), ended_at=None)
+        write_transaction(self._conn(), lambda c: c.execute(
+            "INSERT INTO rounds (id, run_id, idx, policy, adapter_path, status, started_at) VALUES (?,?,?,?,?,?,?)",
+            (rnd.id, run_id, index, policy, adapter_path, rnd.status, rnd.started_at)))
+        return rnd
+
+    def finish_round(self, round_id: str, status: str) -> None:
+        self._update_one("rounds", round_id, {"status": status, "ended_at": time.time()})
+
+    def get_round(self, round_id: str) -> Round | None:
+        row = self._conn().execute("SELECT * FROM rounds WHERE id = ?", (round_id,)).fetchone()
+        return None if row is None else _round(row)
+
+    def list_rounds(self, run_id: str) -> list[Round]:
+        return [_round(r) for r in self._conn().execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY idx", (run_id,))]
+
+    # episodes ----------------------------------------------------------------------------------------
+    def create_episode(self, run_id: str | None, round_id: str | None, task_id: str | None, attempt: int,
+                       harness: str | None, key: str, workspace: str | None = None,
+                       episode_id: str | None = None) -> Episode:
+        ep = Episode(id=episode_id or new_id("ep"), run_id=run_id, round_id=round_id, task_id=task_id,
+                     attempt=attempt, harness=harness, status="pending", reward=None, reward_detail=None,
+                     created_at=time.time(), started_at=None, ended_at=None, exit_code=None, error=None,
+                     workspace=workspace, outcome=None)
+        write_transaction(self._conn(), lambda c: c.execute(
+            "INSERT INTO episodes (id, run_id, round_id, task_id, attempt, harness, key_sha256, status,"
+            " created_at, workspace) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (ep.id, run_id, round_id, task_id, attempt, harness, _key_hash(key), ep.status, ep.created_at,
+             workspace)))
+        return ep
+
+    def check_episode_key(self, episode_id: str, key: str) -> bool:
+        row = self._conn().execute("SELECT key_sha256 FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        return row is not None and hmac.compare_digest(row[0], _key_hash(key))
+
+    def get_episode(self, episode_id: str) -> Episode | None:
+        row = self._conn().execute("SELECT * FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        return None if row is None else _episode(row)
+
+    def list_episodes(self, run_id: str | None = None, round_id: str | None = None) -> list[Episode]:
+        sql, args = "SELECT * FROM episodes WHERE 1=1", []
+        if run_id is not None:
+            sql, args = sql + " AND run_id = ?", [*args, run_id]
+        if round_id is not None:
+            sql, args = sql + " AND round_id = ?", [*args, round_id]
+        return [_episode(r) for r in self._conn().execute(sql + " ORDER BY id", args)]
+
+    def update_episode(self, episode_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _EPISODE_FIELDS
+        if unknown:
+            raise TypeError(f"update_episode got fields it cannot set: {', '.join(sorted(unknown))}")
+        if "reward_detail" in fields and fields["reward_detail"] is not None:
+            fields["reward_detail"] = json.dumps(fields["reward_detail"])
+        self._update_one("episodes", episode_id, fields)
+
+    def _update_one(self, table: str, row_id: str, fields: dict[str, Any]) -> None:
+        if not fields:
+            return
+        sets = ", ".join(f"{name} = ?" for name in fields)
+        cur = write_transaction(self._conn(), lambda c: c.execute(
+            f"UPDATE {table} SET {sets} WHERE id = ?", (*fields.values(), row_id)))
+        if cur.rowcount != 1:
+            raise LookupError(f"no row {row_id!r} in {table}")
+
+    # calls -------------------------------------------------------------------------------------------
+    def add_call(self, record: CallRecord) -> Call:
+        """Store one call; its seq is the episode's next (0, 1, 2, ...) even with concurrent writers."""
+        conn = self._conn()
+        state = self._cache.current(conn, record.episode_id)
+        row, ids, bodies = call_rows.encode_call(record, state.recent_ids, state.bodies, self.keyframes)
+        row["id"] = new_id("call")
+
+        def insert(c: sqlite3.Connection) -> int:
+            if c.execute("SELECT 1 FROM episodes WHERE id = ?", (record.episode_id,)).fetchone() is None:
+                raise LookupError(f"no episode {record.episode_id!r}: create it before storing its calls")
+            seq = c.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM calls WHERE episode_id = ?",
+                            (record.episode_id,)).fetchone()[0]
+            row["seq"] = seq
+            c.execute(f"INSERT INTO calls ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                      tuple(row.values()))
+            return seq
+
+        seq = write_transaction(conn, insert)
+        self._cache.committed(record.episode_id, seq, row["id"], ids, bodies)
+        values = {name: getattr(record, name) for name in record.__dataclass_fields__}
+        return Call(**values, id=row["id"], seq=seq)
+
+    def get_calls(self, episode_id: str) -> list[Call]:
+        """Every call of the episode in seq order, with full token ids and exact body bytes."""
+        conn = self._conn()
+        known_ids: dict[int, bytes] = {}
+        known_bodies: dict[str, dict[int, bytes]] = {kind: {} for kind in call_rows.DELTA_KINDS}
+        out = []
+        for row in conn.execute("SELECT * FROM calls WHERE episode_id = ? ORDER BY seq", (episode_id,)):
+            prompt = call_rows.resolve_prompt([row[c.strip()] for c in call_rows.PROMPT_COLUMNS.split(",")], known_ids)
+            bodies = {kind: None if row[kind] is None else
+                      call_rows.resolve_body(conn, episode_id, kind, row["seq"], known_bodies[kind])
+                      for kind in call_rows.DELTA_KINDS}
+            out.append(call_rows.row_to_call(row, prompt, bodies))
+        return out
+
+    def get_call(self, call_id: str) -> Call | None:
+        conn = self._conn()
+        row = conn.execute("SELECT * FROM calls WHERE id = ?", (call_id,)).fetchone()
+        if row is None:
+            return None
+        ep, seq = row["episode_id"], row["seq"]
+        prompt = call_rows.resolve_prompt_chain(conn, ep, seq, {})
+        bodies = {kind: None if row[kind] is None else call_rows.resolve_body(conn, ep, kind, seq, {})
+                  for kind in call_rows.DELTA_KINDS}
+        return call_rows.row_to_call(row, prompt, bodies)
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(id=row["id"], name=row["name"], config=json.loads(row["config"]), created_at=row["created_at"],
+               status=row["status"])
+
+
+def _round(row: sqlite3.Row) -> Round:
+    return Round(id=row["id"], run_id=row["run_id"], index=row["idx"], policy=row["policy"],
+                 adapter_path=row["adapter_path"], status=row["status"], started_at=row["started_at"],
+                 ended_at=row["ended_at"])
+
+
+def _episode(row: sqlite3.Row) -> Episode:
+    values = {name: row[name] for name in Episode.__dataclass_fields__}
+    if values["reward_detail"] is not None:
+        values["reward_detail"] = json.loads(values["reward_detail"])
+    return Episode(**values)
