@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Show the resolved settings and where they come from.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+tasks_app = typer.Typer(help="Validate task sets (alight's JSONL lines and SWE-bench instances).", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
@@ -81,6 +83,28 @@ def doctor(as_json: JsonFlag = False) -> None:
     console.print(table)
     p = report["platform"]
     console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
+
+
+@tasks_app.command("check")
+def tasks_check(
+    file: Annotated[Path, typer.Argument(help="Task set: one JSON object per line.")],
+    swebench_mirror: Annotated[
+        Optional[Path],
+        typer.Option(help="Folder of local git repos (owner__name or owner/name) used instead of GitHub for SWE-bench lines."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Validate a task set and summarise it; exit 1 listing every problem (file, line, field) when invalid."""
+    from agentlightning_cli.tasks.render import print_report
+    from agentlightning_cli.tasks import check_task_file
+
+    report = check_task_file(file, swebench_mirror)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 def main() -> None:

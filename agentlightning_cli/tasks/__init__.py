@@ -1,0 +1,16 @@
+"""Task sets: JSONL loading and validation (alight's own lines and SWE-bench's), workspaces, hidden files."""
+
+from agentlightning_cli.tasks.load import TaskSetReport, check_task_file, load_tasks
+from agentlightning_cli.tasks.model import Problem, SwebenchSpec, Task
+from agentlightning_cli.tasks.workspace import prepare_workspace, reveal_hidden_files
+
+__all__ = [
+    "Problem",
+    "SwebenchSpec",
+    "Task",
+    "TaskSetReport",
+    "check_task_file",
+    "load_tasks",
+    "prepare_workspace",
+    "reveal_hidden_files",
+]

@@ -1,0 +1,238 @@
+"""Read a JSONL task set, collecting every problem (file, line, field) instead of stopping at the first."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.tasks.lines import OwnLine, SwebenchLine, describe_errors, is_swebench, json_type
+from agentlightning_cli.tasks.model import Problem, RepoKind, Task, swebench_reward_command
+from agentlightning_cli.tasks.swebench import is_git_repo_dir, is_git_url, resolve_repo, spec_from_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskSetReport:
+    """Everything `alight tasks check` shows: the valid tasks, the errors and the warnings."""
+
+    file: Path
+    tasks: list[Task] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> dict[str, Any]:
+        t = self.tasks
+        return {
+            "kinds": dict(Counter(x.kind for x in t)),
+            "repos": dict(Counter(x.repo or "(empty repository)" for x in t)),
+            "repo_kinds": dict(Counter(x.repo_kind for x in t)),
+            "hidden_files": {"with": sum(x.has_hidden for x in t), "without": sum(not x.has_hidden for x in t)},
+            "reward_kinds": dict(Counter(x.reward_kind for x in t)),
+            "with_setup": sum(bool(x.setup) for x in t),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        strip = lambda p: {"line": p.line, "field": p.field, "message": p.message}  # noqa: E731
+        return {
+            "file": str(self.file),
+            "ok": self.ok,
+            "tasks": len(self.tasks),
+            "problems": [strip(p) for p in self.problems],
+            "warnings": [strip(p) for p in self.warnings],
+            "summary": self.summary(),
+        }
+
+
+def load_tasks(path: Path | str, swebench_mirror: Path | str | None = None) -> list[Task]:
+    """The tasks of a valid set; otherwise AlightError listing every problem. Warnings go to the log."""
+    report = check_task_file(path, swebench_mirror)
+    for w in report.warnings:
+        log.warning("%s", w)
+    if not report.ok:
+        n = len(report.problems)
+        listing = "\n".join(f"  {p}" for p in report.problems)
+        raise AlightError(
+            f"task set {report.file} has {n} problem{'s' if n != 1 else ''}:\n{listing}",
+            f"fix them and run `alight tasks check {report.file}`",
+        )
+    return report.tasks
+
+
+def check_task_file(path: Path | str, swebench_mirror: Path | str | None = None) -> TaskSetReport:
+    """Validate a task set without raising for its content: every problem ends up in the report."""
+    path = Path(path).expanduser().absolute()
+    report = TaskSetReport(file=path)
+    name = str(path)
+    mirror = Path(swebench_mirror).expanduser().absolute() if swebench_mirror is not None else None
+    if mirror is not None and not mirror.is_dir():
+        report.problems.append(Problem(name, None, None, f"SWE-bench mirror folder does not exist: {mirror}"))
+    if not path.is_file():
+        what = "is a folder, not a JSONL file" if path.is_dir() else "does not exist"
+        report.problems.append(Problem(name, None, None, f"task file {what}"))
+        return report
+    first_line: dict[str, int] = {}
+    for lineno, obj in _json_lines(path, report):
+        task = _task_from_object(obj, path, lineno, mirror, report)
+        raw_id = obj.get("instance_id" if is_swebench(obj) else "id")
+        if isinstance(raw_id, str):
+            if raw_id in first_line:
+                field_name = "instance_id" if is_swebench(obj) else "id"
+                msg = f"duplicate id {raw_id!r} (first used on line {first_line[raw_id]})"
+                report.problems.append(Problem(name, lineno, field_name, msg))
+                continue
+            first_line[raw_id] = lineno
+        if task is not None:
+            report.tasks.append(task)
+    _check_base_commits(report)
+    report.problems.sort(key=lambda p: (p.line or 0))
+    return report
+
+
+def _json_lines(path: Path, report: TaskSetReport):
+    """Yield (line number, object) for each non-blank line that is a JSON object; report everything else."""
+    name = str(path)
+    raw = path.read_bytes()
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        report.problems.append(Problem(name, 1, None, "file is UTF-16 (it starts with a UTF-16 BOM); save it as UTF-8"))
+        return
+    offset = 0
+    if raw.startswith(codecs.BOM_UTF8):
+        report.warnings.append(Problem(name, 1, None, "file starts with a UTF-8 BOM; accepted and ignored"))
+        offset = len(codecs.BOM_UTF8)
+    if not raw[offset:].strip():
+        msg = "file is empty: a task set needs at least one task (one JSON object per line)"
+        if raw[offset:]:
+            msg = "file has only blank lines: a task set needs at least one task (one JSON object per line)"
+        report.problems.append(Problem(name, None, None, msg))
+        return
+    for lineno, chunk in enumerate(raw[offset:].split(b"\n"), start=1):
+        start = offset
+        offset += len(chunk) + 1
+        chunk = chunk[:-1] if chunk.endswith(b"\r") else chunk  # CRLF files are fine
+        if lineno > 1 and chunk.startswith(codecs.BOM_UTF8):
+            report.warnings.append(Problem(name, lineno, None, "line starts with a UTF-8 BOM (files concatenated?); ignored"))
+            chunk, start = chunk[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = chunk[exc.start]
+            msg = f"not valid UTF-8: byte 0x{bad:02x} at byte offset {start + exc.start} of the file (column {exc.start + 1})"
+            report.problems.append(Problem(name, lineno, None, msg))
+            continue
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            report.problems.append(Problem(name, lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            report.problems.append(Problem(name, lineno, None, f"expected a JSON object, got {json_type(obj)}"))
+            continue
+        yield lineno, obj
+
+
+def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, report: TaskSetReport) -> Task | None:
+    name = str(path)
+    swebench = is_swebench(obj)
+    problems: list[Problem] = []
+    try:
+        line = (SwebenchLine if swebench else OwnLine).model_validate(obj)
+    except ValidationError as exc:
+        problems = [Problem(name, lineno, f, m) for f, m in describe_errors(exc, swebench)]
+        report.problems.extend(problems)
+        return None
+    base = path.parent
+    if isinstance(line, SwebenchLine):
+        if not line.FAIL_TO_PASS and not line.PASS_TO_PASS:
+            problems.append(Problem(name, lineno, "FAIL_TO_PASS", "FAIL_TO_PASS and PASS_TO_PASS are both empty: no reward"))
+        try:
+            repo, repo_kind = resolve_repo(line.repo, mirror)
+        except ValueError as exc:
+            problems.append(Problem(name, lineno, "repo", str(exc)))
+            repo, repo_kind = None, "none"
+        fields: dict[str, Any] = dict(
+            id=line.instance_id,
+            prompt=line.problem_statement,
+            base_commit=line.base_commit,
+            reward=line.reward or swebench_reward_command(),
+            hidden_files=None,
+            kind="swebench",
+            swebench=spec_from_line(line),
+        )
+    else:
+        repo, repo_kind = _resolve_own_repo(line, base, name, lineno, problems)
+        hidden = None
+        if line.hidden_files is not None:
+            hidden = (base / Path(line.hidden_files).expanduser()).resolve()
+            if not hidden.is_dir():
+                what = "is not a folder" if hidden.exists() else "does not exist"
+                problems.append(Problem(name, lineno, "hidden_files", f"{what}: {hidden}"))
+        fields = dict(
+            id=line.id, prompt=line.prompt, base_commit=line.base_commit, reward=line.reward,
+            hidden_files=hidden, kind="own",
+        )  # fmt: skip
+    report.problems.extend(problems)
+    if problems:
+        return None
+    return Task(
+        repo=repo, repo_kind=repo_kind, setup=line.setup, timeout_s=line.timeout_s, metadata=line.metadata,
+        source_file=path, source_line=lineno, **fields,
+    )  # fmt: skip
+
+
+def _resolve_own_repo(line: OwnLine, base: Path, name: str, lineno: int, problems: list[Problem]) -> tuple[str | None, RepoKind]:
+    if line.repo is None:
+        if line.base_commit is not None:
+            problems.append(Problem(name, lineno, "base_commit", "given without a repo"))
+        return None, "none"
+    if is_git_url(line.repo):
+        return line.repo, "url"
+    repo = (base / Path(line.repo).expanduser()).resolve()
+    if not repo.is_dir():
+        what = "is not a folder" if repo.exists() else "does not exist"
+        problems.append(Problem(name, lineno, "repo", f"repo path {what}: {repo} (paths are relative to the task file)"))
+        return None, "none"
+    if is_git_repo_dir(repo):
+        return str(repo), "git-dir"
+    if line.base_commit is not None:
+        msg = f"given, but the repo {repo} is a plain folder, not a git repository (no .git)"
+        problems.append(Problem(name, lineno, "base_commit", msg))
+    return str(repo), "dir"
+
+
+def _check_base_commits(report: TaskSetReport) -> None:
+    """One `git cat-file --batch-check` per local repository, so thousands of SWE-bench lines stay fast."""
+    by_repo: dict[str, list[Task]] = {}
+    for t in report.tasks:
+        if t.repo_kind == "git-dir" and t.base_commit:
+            by_repo.setdefault(t.repo, []).append(t)
+    bad: set[int] = set()
+    for repo, tasks in by_repo.items():
+        query = "".join(f"{t.base_commit}^{{commit}}\n" for t in tasks)
+        proc = subprocess.run(
+            ["git", "-C", repo, "cat-file", "--batch-check"], input=query, capture_output=True, text=True, check=False
+        )
+        answers = proc.stdout.splitlines()
+        for t, answer in zip(tasks, answers + [""] * len(tasks)):
+            parts = answer.split()  # "<sha> commit <size>", or "<name> missing" / "<name> ambiguous"
+            if proc.returncode != 0 or len(parts) != 3 or parts[1] != "commit":
+                why = parts[-1] if len(parts) == 2 else "not found"
+                msg = f"commit {t.base_commit!r} {why} in {repo}"
+                report.problems.append(Problem(str(report.file), t.source_line, "base_commit", msg))
+                bad.add(id(t))
+    report.tasks = [t for t in report.tasks if id(t) not in bad]

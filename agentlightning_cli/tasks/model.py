@@ -1,0 +1,95 @@
+"""What a loaded task is, and how a problem with a task file is reported."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# How the workspace is made: nothing (empty repo), a copied plain folder, a fetched local git repo, a remote URL.
+RepoKind = Literal["none", "dir", "git-dir", "url"]
+
+
+class SwebenchSpec(BaseModel):
+    """The parts of a SWE-bench instance that only the reward side may see."""
+
+    model_config = ConfigDict(frozen=True)
+
+    test_patch: str = Field(repr=False)
+    """Applied with `git apply` only after the agent finishes."""
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    # The reference fix: kept for analysis, never written to a workspace, a prompt, a dump or a repr.
+    gold_patch: str | None = Field(default=None, repr=False, exclude=True)
+    hints_text: str | None = Field(default=None, repr=False)
+    """Published discussion; not part of the prompt (SWE-bench's default setting gives no hints)."""
+    version: str | None = None
+    environment_setup_commit: str | None = None
+    github_repo: str
+    """`owner/name` as published."""
+
+
+class Task(BaseModel):
+    """One line of a task set, validated and with every path resolved to an absolute one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    prompt: str
+    repo: str | None
+    """Absolute local path or git URL (resolved); None means the agent starts from an empty repository."""
+    repo_kind: RepoKind
+    base_commit: str | None
+    setup: list[str]
+    reward: str
+    """Shell command run in the workspace after the agent (and after the hidden files are revealed)."""
+    hidden_files: Path | None
+    """Absolute folder copied into the workspace only after the agent finishes."""
+    timeout_s: float | None
+    """Wall-clock limit for the agent's run on this task; None means the harness default."""
+    metadata: dict[str, Any]
+    kind: Literal["own", "swebench"]
+    source_file: Path
+    source_line: int
+    swebench: SwebenchSpec | None = None
+
+    @property
+    def reward_kind(self) -> str:
+        if self.swebench is not None and self.reward == swebench_reward_command():
+            return "swebench-tests"
+        return "command"
+
+    @property
+    def has_hidden(self) -> bool:
+        return self.hidden_files is not None or self.swebench is not None
+
+    @property
+    def where(self) -> str:
+        return f"{self.source_file}:{self.source_line}"
+
+
+def swebench_reward_command() -> str:
+    """The reward command of a SWE-bench task: our test runner under the interpreter running alight."""
+    import shlex
+    import sys
+
+    return f"{shlex.quote(sys.executable)} -m agentlightning_cli.tasks.swebench_tests"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong (or worth a warning) in a task file; line and field are None when they do not apply."""
+
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}" if self.field is None else f"{where}: field '{self.field}': {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,99 @@
+"""Run one shell command for a task (setup, reward) in its own process group, with a hard time limit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+TAIL_BYTES = 8192
+# Enough to find a final JSON line even after pages of test output.
+LAST_LINE_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    exit_code: int | None
+    """None when the command was killed for running past its limit; negative N when killed by signal N."""
+    stdout_tail: str
+    stderr_tail: str
+    last_stdout_line: str
+    duration_s: float
+    timed_out: bool
+
+
+def run_shell(
+    command: str,
+    cwd: Path,
+    timeout_s: float | None,
+    env: dict[str, str] | None = None,
+    kill_grace_s: float = 2.0,
+) -> ShellResult:
+    """`bash -c command` in cwd. On timeout the whole process group gets SIGTERM, then SIGKILL after a grace.
+
+    Output goes to temporary files rather than pipes: a grandchild that keeps a pipe open can never make this
+    hang, and a chatty command cannot fill a pipe buffer and stall.
+    """
+    full_env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # its own process group, so a timeout takes its children down with it
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc, kill_grace_s)
+        finally:
+            if proc.poll() is None:  # interrupted (Ctrl-C) while waiting
+                _kill_group(proc, 0)
+            # Background leftovers of a finished command die with it; nothing may outlive its step.
+            _signal_group(proc.pid, signal.SIGKILL)
+        duration = time.monotonic() - started
+        stdout_tail = _tail(out, TAIL_BYTES)
+        last = _tail(out, LAST_LINE_BYTES).rstrip().rsplit("\n", 1)[-1].strip()
+        return ShellResult(
+            exit_code=None if timed_out else proc.returncode,
+            stdout_tail=stdout_tail,
+            stderr_tail=_tail(err, TAIL_BYTES),
+            last_stdout_line=last,
+            duration_s=duration,
+            timed_out=timed_out,
+        )
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s if grace_s > 0 else 0.2)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _tail(f: IO[bytes], n: int) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - n))
+    return f.read().decode("utf-8", errors="replace")

@@ -1,0 +1,127 @@
+"""Make a task's workspace (repo at its commit, setup run) and reveal the hidden files after the agent.
+
+Every workspace is a git repository whose HEAD is the starting point, so the agent's changes are `git diff HEAD`
+(plus untracked files) whatever the source was. Only the base commit and its ancestors are fetched, never later
+commits or tags: those could contain the very fix the agent is asked to write.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.tasks.model import Task
+from agentlightning_cli.tasks.shell import run_shell
+from agentlightning_cli.tasks.swebench import test_patch_paths
+
+GIT_IDENTITY = ["-c", "user.name=alight", "-c", "user.email=alight@localhost", "-c", "commit.gpgsign=false"]
+FETCH_TIMEOUT_S = 1800.0
+
+
+def prepare_workspace(task: Task, dest: Path, *, setup_timeout_s: float = 900.0, fetch_timeout_s: float = FETCH_TIMEOUT_S) -> Path:
+    """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
+
+    Each setup command runs as `bash -c` in the workspace with its own limit (setup_timeout_s); the first
+    failure raises AlightError naming the task, the command and the tail of its output.
+    """
+    dest = Path(dest).absolute()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise AlightError(f"task {task.id}: workspace {dest} already exists and is not empty", "use a fresh folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    _git(task, dest, "init", "-q")
+    for key, value in (("user.name", "alight"), ("user.email", "alight@localhost"), ("commit.gpgsign", "false")):
+        _git(task, dest, "config", key, value)  # so an agent's own `git commit` works in the workspace
+    if task.repo_kind == "none":
+        _git(task, dest, "commit", "-q", "--allow-empty", "-m", "alight: empty workspace")
+    elif task.repo_kind == "dir":
+        shutil.copytree(task.repo, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        _git(task, dest, "add", "-A")
+        _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
+    else:
+        _fetch_base(task, dest, fetch_timeout_s)
+    for i, command in enumerate(task.setup, start=1):
+        res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest))
+        if res.timed_out or res.exit_code != 0:
+            why = f"ran past {setup_timeout_s:g}s" if res.timed_out else f"exited with {res.exit_code}"
+            output = (res.stdout_tail[-1500:] + "\n" + res.stderr_tail[-1500:]).strip() or "(no output)"
+            raise AlightError(
+                f"task {task.id} ({task.where}): setup command {i} of {len(task.setup)} {why}: {command}\n"
+                f"--- last output ---\n{output}",
+                "run the command by hand in a copy of the repo to see why",
+            )
+    return dest
+
+
+def task_env(task: Task, workspace: Path) -> dict[str, str]:
+    """Variables setup and reward commands can use. Not ALIGHT_*: that prefix is alight's own settings."""
+    return {"TASK_ID": task.id, "TASK_WORKSPACE": str(workspace)}
+
+
+def reveal_hidden_files(task: Task, workspace: Path) -> None:
+    """After the agent: copy the hidden folder in (overwriting), or reset and apply a SWE-bench test_patch."""
+    workspace = Path(workspace)
+    if task.hidden_files is not None:
+        shutil.copytree(task.hidden_files, workspace, symlinks=True, dirs_exist_ok=True)
+    if task.swebench is None:
+        return
+    # Like SWE-bench's own harness: the test files go back to the base commit first, so an agent that edited
+    # or deleted them can neither break the patch nor weaken the tests.
+    for rel in test_patch_paths(task.swebench.test_patch):
+        exists = subprocess.run(
+            ["git", "cat-file", "-e", f"{task.base_commit}:{rel}"], cwd=workspace, capture_output=True, check=False
+        ).returncode == 0
+        if exists:
+            _git(task, workspace, "checkout", "-q", task.base_commit or "HEAD", "--", rel)
+        else:
+            (workspace / rel).unlink(missing_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False, encoding="utf-8") as f:
+        f.write(task.swebench.test_patch)
+    try:
+        proc = subprocess.run(["git", "apply", "--whitespace=nowarn", f.name], cwd=workspace, capture_output=True, text=True)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise AlightError(f"task {task.id}: test_patch does not apply in {workspace}: {proc.stderr.strip()[-1500:]}")
+
+
+def _fetch_base(task: Task, dest: Path, timeout_s: float) -> None:
+    source = task.repo or ""
+    ref = task.base_commit or "HEAD"
+    if task.repo_kind == "git-dir":
+        # Resolve short hashes and branch names here; fetching by an abbreviated hash is not possible.
+        proc = subprocess.run(
+            ["git", "-C", source, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise AlightError(f"task {task.id} ({task.where}): commit {ref!r} not found in {source}")
+        ref = proc.stdout.strip()
+    try:
+        proc = subprocess.run(
+            ["git", "fetch", "-q", "--no-tags", source, ref],
+            cwd=dest, capture_output=True, text=True, timeout=timeout_s,
+            env=_git_env(),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AlightError(f"task {task.id}: fetching {ref} from {source} took longer than {timeout_s:g}s") from None
+    if proc.returncode != 0:
+        hint = "check the URL and the network" + (
+            "; for SWE-bench use a local mirror (--swebench-mirror DIR)" if task.kind == "swebench" else ""
+        )
+        raise AlightError(f"task {task.id} ({task.where}): cannot fetch {ref} from {source}: {proc.stderr.strip()[-800:]}", hint)
+    _git(task, dest, "checkout", "-q", "-B", "main", "FETCH_HEAD")
+
+
+def _git_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "GIT_TERMINAL_PROMPT": "0"}  # never wait for a password prompt
+
+
+def _git(task: Task, cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=cwd, capture_output=True, text=True, env=_git_env())
+    if proc.returncode != 0:
+        raise AlightError(f"task {task.id}: `git {' '.join(args)}` failed in {cwd}: {proc.stderr.strip()[-800:]}")
+    return proc.stdout
