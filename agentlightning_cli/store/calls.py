@@ -43,7 +43,7 @@ class BodyBase:
 class KeyframePolicy:
     """When to stop delta-encoding and write a plain frame: bounds the bytes decoded to read one body."""
 
-    max_chain: int = 64
+    max_chain: int = 256
     max_chain_bytes: int = 64 * 1024 * 1024
 
 
