@@ -1,0 +1,103 @@
+"""One client request on its way through the proxy: its record, its upstream call, its answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
+from agentlightning_cli.store import CallRecord
+
+if TYPE_CHECKING:
+    from agentlightning_cli.proxy.server import Proxy
+
+log = logging.getLogger("alight.proxy")
+JSON_TYPE = "application/json"
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_HIDDEN_HEADERS = ("authorization", "x-api-key")
+UPSTREAM_DOWN = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
+
+
+class Exchange:
+    def __init__(self, proxy: "Proxy", request: web.BaseRequest, episode_id: str, path: str, protocol: str,
+                 started_at: float):
+        self.proxy, self.request = proxy, request
+        self.episode_id, self.path, self.protocol = episode_id, path, protocol
+        self.started_at = started_at
+        self.first_byte_at: float | None = None
+        self.raw = b""
+        self.stream = False
+        self.fields: dict[str, Any] = {}
+        """Record fields known so far (upstream_request, model, sampling, client_model, dropped, ...)."""
+
+    def record(self, outcome: str, http_status: int, **fields: Any) -> CallRecord:
+        headers = {k: v for k, v in self.request.headers.items() if k.lower() not in _HIDDEN_HEADERS}
+        data = {**self.fields, **fields}
+        ids = data.get("completion_token_ids")
+        if ids:
+            self.proxy.budgets.add_tokens(self.episode_id, len(ids))
+        return CallRecord(
+            episode_id=self.episode_id, protocol=self.protocol, method=self.request.method, path=self.path,
+            status=outcome, http_status=http_status, stream=self.stream, client_request=self.raw,
+            client_headers=headers, started_at=self.started_at, ended_at=time.time(),
+            first_byte_at=self.first_byte_at, **data,
+        )
+
+    async def reply(self, http_status: int, body: bytes, outcome: str, content_type: str = JSON_TYPE,
+                    **fields: Any) -> web.Response:
+        """Answer only once the record is durable (fail closed: a failed write becomes a 503)."""
+        record = self.record(outcome, http_status, response=body, **fields)
+        try:
+            await self.proxy.recorder.write(record)
+        except Exception as exc:  # noqa: BLE001 - any store failure means we must not serve this answer
+            return self.proxy.unavailable(self.protocol, exc)
+        return web.Response(status=http_status, body=body, headers={"Content-Type": content_type})
+
+    async def reject(self, exc: ProxyReject) -> web.Response:
+        body = error_bytes(self.protocol, exc.status, exc.message, exc.kind)
+        return await self.reply(exc.status, body, exc.outcome, error=exc.message)
+
+    @contextlib.asynccontextmanager
+    async def forwarding(self) -> AsyncIterator[None]:
+        """Wait while paused, count as in flight, and refuse an episode that is over budget."""
+        proxy = self.proxy
+        await proxy.gate.enter()
+        try:
+            reason = proxy.budgets.check(self.episode_id)
+            if reason is not None:
+                if proxy.on_budget_exceeded is not None:
+                    try:
+                        proxy.on_budget_exceeded(self.episode_id, reason)
+                    except Exception:  # noqa: BLE001 - the owner's callback must not break the proxy
+                        log.exception("on_budget_exceeded callback failed")
+                raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
+            self.fields.setdefault("model", proxy.policy)
+            yield
+        finally:
+            proxy.gate.leave()
+
+    async def post(self, path: str, body: bytes) -> aiohttp.ClientResponse:
+        """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
+        self.fields["upstream_request"] = body
+        try:
+            return await self.proxy.session.post(self.proxy.upstream_url + path, data=body,
+                                                 headers={"Content-Type": JSON_TYPE})
+        except UPSTREAM_DOWN as exc:
+            raise ProxyReject(502, f"alight: upstream model server unreachable: {exc or type(exc).__name__}",
+                              "unreachable") from exc
+
+    async def start_stream(self) -> web.StreamResponse:
+        out = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        await out.prepare(self.request)
+        return out
+
+    def finish_stream(self, outcome: str, sent: list[bytes], **fields: Any) -> None:
+        """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""
+        record = self.record(outcome, 200, response=b"".join(sent), **fields)
+        self.proxy.recorder.submit(record)

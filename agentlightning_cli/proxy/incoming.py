@@ -1,0 +1,84 @@
+"""Reading a client request: size limit, Content-Encoding, UTF-8 and JSON checks, per-protocol shape checks."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from aiohttp import web
+
+from agentlightning_cli.proxy.errors import ProxyReject
+
+# Fields a request of each protocol cannot do without.
+REQUIRED = {"openai-chat": ("messages", list), "anthropic-messages": ("messages", list),
+            "openai-responses": ("input", (str, list))}
+
+
+def _too_big(limit: int) -> ProxyReject:
+    return ProxyReject(413, f"request body is larger than the proxy's limit of {limit} bytes "
+                            "(proxy.max_body_bytes)", "bad_request")
+
+
+async def read_body(request: web.BaseRequest, limit: int) -> bytes:
+    """The body as sent, decompressed when Content-Encoding says so; 413 past `limit` either way."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_big(limit)
+    parts, size = [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise _too_big(limit)
+        parts.append(chunk)
+    raw = b"".join(parts)
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    return decode(raw, encoding, limit)
+
+
+def decode(raw: bytes, encoding: str, limit: int) -> bytes:
+    try:
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            wbits = 16 + zlib.MAX_WBITS if encoding != "deflate" else zlib.MAX_WBITS
+            inflater = zlib.decompressobj(wbits)
+            out = inflater.decompress(raw, limit + 1)
+        elif encoding == "zstd":
+            import zstandard
+
+            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                out = reader.read(limit + 1)
+        else:
+            raise ProxyReject(415, f"unsupported Content-Encoding {encoding!r} (use gzip, zstd or none)")
+    except (zlib.error, ValueError, OSError) as exc:
+        if isinstance(exc, ProxyReject):
+            raise
+        raise ProxyReject(400, f"request body is not valid {encoding}: {exc}") from exc
+    if len(out) > limit:
+        raise _too_big(limit)
+    return out
+
+
+def parse_json(raw: bytes, protocol: str) -> dict[str, Any]:
+    """The body as a JSON object, checked for the fields its protocol needs; ProxyReject(400) otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProxyReject(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise ProxyReject(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProxyReject(400, f"request body must be a JSON object, not a JSON {type(body).__name__}")
+    need = REQUIRED.get(protocol)
+    if need is not None:
+        name, kind = need
+        if name not in body:
+            raise ProxyReject(400, f"'{name}' is required")
+        if not isinstance(body[name], kind):
+            raise ProxyReject(400, f"'{name}' has the wrong type ({type(body[name]).__name__})")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ProxyReject(400, f"'stream' must be a boolean, got {json.dumps(stream)}")
+    return body

@@ -1,0 +1,186 @@
+"""The recording proxy: routes `/e/<episode>/...`, checks the episode key, dispatches by protocol.
+
+aiohttp's low-level server (no router, no middleware) in front of ONE shared aiohttp client session to
+vLLM: measured the cheapest pairing on this kind of machine (research/proxy-engines.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import re
+import time
+from typing import Any, Callable
+
+import aiohttp
+from aiohttp import web
+
+from agentlightning_cli.proxy.chat import resolve_model
+from agentlightning_cli.proxy.control import Budgets, Gate
+from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
+from agentlightning_cli.proxy.exchange import Exchange
+from agentlightning_cli.proxy.incoming import read_body
+from agentlightning_cli.proxy.recorder import Recorder
+from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
+
+log = logging.getLogger("alight.proxy")
+EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
+PREFLIGHT = ("/", "/api/hello")
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _presented_key(headers: Any) -> str | None:
+    auth = headers.get("Authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get("x-api-key")
+
+
+def _json(status: int, body: bytes) -> web.Response:
+    return web.Response(status=status, body=body, headers={"Content-Type": "application/json"})
+
+
+class Proxy:
+    def __init__(self, store: Any, upstream_url: str, settings: Any, policy: str = "policy-r0",
+                 ad_hoc: bool = False, connections: int = 256):
+        self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
+        self.upstream_url = upstream_url.rstrip("/")
+        self.policy = policy
+        self.on_budget_exceeded: Callable[[str, str], None] | None = None
+        self.gate = Gate()
+        self.budgets = Budgets(settings.budgets)
+        self.recorder = Recorder(store)
+        self.base_url = ""
+        self._connections = connections
+        self._keys: dict[str, bytes] = {}
+        self._create_lock = asyncio.Lock()
+        self._runner: web.ServerRunner | None = None
+        self.session: aiohttp.ClientSession = None  # type: ignore[assignment]  # made in start(), on the loop
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def start(self, host: str | None = None, port: int | None = None) -> "Proxy":
+        host = host or self.settings.host
+        port = self.settings.port if port is None else port
+        connector = aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=300)
+        # Accept-Encoding left out: vLLM does not compress and we re-serialise what it sends.
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             skip_auto_headers=("Accept-Encoding", "User-Agent"),
+                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        server = web.Server(self._handle, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        self.base_url = f"http://{bound[0]}:{bound[1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.session is not None:
+            await self.session.close()
+        await asyncio.to_thread(self.recorder.close)
+
+    # -- control ----------------------------------------------------------------------------------------
+    def register_episode(self, episode_id: str, key: str) -> None:
+        self._keys[episode_id] = _digest(key)
+
+    def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str:
+        base = f"{self.base_url}/e/{episode_id}"
+        return base if protocol in ("anthropic", "anthropic-messages") else base + "/v1"
+
+    def set_policy(self, name: str) -> None:
+        # One attribute store: requests read it once, after the pause gate, so none sees a mix.
+        self.policy = name
+
+    async def pause(self) -> None:
+        self.gate.pause()
+
+    def resume(self) -> None:
+        self.gate.resume()
+
+    async def drain(self) -> None:
+        await self.gate.drain()
+
+    def upstream_model(self, client_model: str | None) -> str:
+        return resolve_model(client_model, self.settings.model_aliases, self.policy)
+
+    def unavailable(self, protocol: str, exc: BaseException | None) -> web.Response:
+        why = f"{type(exc).__name__}: {exc}" if exc else "unknown"
+        msg = f"alight: recording to the store failed, so the proxy refuses traffic it cannot record ({why})"
+        return _json(503, error_bytes(protocol, 503, msg))
+
+    # -- requests ---------------------------------------------------------------------------------------
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        started = time.time()
+        match = EPISODE_PATH.match(request.path)
+        if match is None:
+            return self._unscoped(request)
+        episode_id, rest = match.group(1), match.group(2) or "/"
+        method = request.method
+        if method == "HEAD" and (rest in PREFLIGHT or rest.rstrip("/") in ("", "/v1")):
+            return web.Response(status=200)
+        protocol = protocol_of(rest, request.headers)
+        if not self.recorder.healthy:
+            return self.unavailable(protocol, self.recorder.failure)
+        verdict = await self._authenticate(episode_id, _presented_key(request.headers))
+        if verdict == "unknown":
+            return _json(404, error_bytes(protocol, 404, f"alight: unknown episode {episode_id!r}", "not_found_error"))
+        if verdict == "denied":
+            msg = "alight: missing or wrong API key for this episode (send it as Authorization: Bearer or x-api-key)"
+            return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
+        if method == "GET" and rest in ("/v1/models", "/models"):
+            return _json(200, json.dumps(models_body(self, protocol)).encode())
+        path = request.path_qs[len("/e/") + len(episode_id):] or "/"
+        ex = Exchange(self, request, episode_id, path, protocol, started)
+        try:
+            ex.raw = await read_body(request, self.settings.max_body_bytes)
+            handler = ROUTES.get((method, rest.rstrip("/")))
+            if handler is None:
+                raise ProxyReject(404, f"alight: no route for {method} {rest} (see `alight proxy --help`)",
+                                  "client_error", "not_found_error")
+            return await handler(ex)
+        except ProxyReject as exc:
+            return await ex.reject(exc)
+        except Exception as exc:  # noqa: BLE001 - one bad request must never take the proxy down
+            log.exception("internal error on %s %s", method, request.path)
+            return await ex.reject(ProxyReject(500, f"alight: internal proxy error: {exc}", "upstream_error"))
+
+    def _unscoped(self, request: web.BaseRequest) -> web.Response:
+        protocol = protocol_of(request.path, request.headers)
+        if request.method == "HEAD" and request.path in PREFLIGHT:
+            return web.Response(status=200)
+        if request.method == "GET" and request.path == "/v1/models":
+            return _json(200, json.dumps(models_body(self, protocol)).encode())
+        msg = f"alight: no route for {request.method} {request.path}; episode URLs look like /e/<episode_id>/v1"
+        return _json(404, error_bytes(protocol, 404, msg, "not_found_error"))
+
+    async def _authenticate(self, episode_id: str, key: str | None) -> str:
+        """'ok', 'denied' (wrong or no key; nothing is written) or 'unknown' (no such episode)."""
+        digest = self._keys.get(episode_id)
+        if digest is not None:
+            return "ok" if key and hmac.compare_digest(_digest(key), digest) else "denied"
+        if self.store is not None:
+            if key and await asyncio.to_thread(self.store.check_episode_key, episode_id, key):
+                self._keys[episode_id] = _digest(key)
+                return "ok"
+            if await asyncio.to_thread(self.store.get_episode, episode_id) is not None:
+                return "denied"
+        if not self.ad_hoc:
+            return "unknown"
+        if not key:
+            return "denied"
+        async with self._create_lock:
+            if episode_id not in self._keys:
+                await asyncio.wrap_future(self.recorder.call(
+                    lambda: self.store.create_episode(None, None, None, 0, None, key, episode_id=episode_id)))
+                self._keys[episode_id] = _digest(key)
+        return await self._authenticate(episode_id, key)
