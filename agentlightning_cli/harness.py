@@ -1,0 +1,243 @@
+"""Run one harness for one episode: render its recipe, launch it in its own process group, bound it, judge it.
+
+The harness runs with the episode's workspace as cwd, a private HOME, and an environment scrubbed of the
+parent's provider settings, so the only model it can reach is the proxy URL alight hands it. It stops on
+exit, wall-clock timeout or a proxy budget signal; the whole process group is killed and the recipe's cleanup
+(e.g. OpenHands' daemonised tmux server) runs every time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agentlightning_cli.harnesses.install import Installed
+from agentlightning_cli.harnesses.outcome import Outcome, judge, load_report
+from agentlightning_cli.recipes import Recipe
+
+# The parent's provider keys, proxies and tool settings must never leak into a harness: it would talk to
+# a real provider, or pick up a developer's config instead of alight's.
+SCRUB_PREFIXES = (
+    "ALIGHT_", "OPENAI_", "ANTHROPIC_", "CLAUDE_", "CODEX_", "LLM_", "LITELLM_", "MSWEA_", "HOSTED_VLLM_",
+    "OPENHANDS_", "GEMINI_", "GOOGLE_", "AZURE_", "AWS_", "OPENROUTER_", "MISTRAL_", "GROQ_", "TOGETHER",
+    "DEEPSEEK_", "XAI_", "HF_", "HUGGING", "XDG_", "TMUX", "VIRTUAL_ENV", "CONDA_", "PYTHON", "NODE_OPTIONS",
+)
+SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION"}
+
+
+@dataclass
+class EpisodeSpec:
+    episode_id: str
+    prompt: str
+    workspace: Path
+    base_url: str
+    """The proxy's base URL for this episode and the recipe's protocol (proxy.episode_base_url)."""
+    api_key: str
+    run_dir: Path
+    max_turns: int | None = None
+    timeout_s: float | None = None
+    model: str | None = None
+
+
+def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for name in list(env):
+        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
+            del env[name]
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def episode_context(recipe: Recipe, installed: Installed, spec: EpisodeSpec, episode_dir: Path, tmpdir: Path) -> dict[str, Any]:
+    return {
+        "prompt": spec.prompt, "workspace": str(spec.workspace), "episode_id": spec.episode_id,
+        "episode_dir": str(episode_dir), "home": str(episode_dir / "home"), "tmpdir": str(tmpdir),
+        "base_url": spec.base_url, "api_key": spec.api_key, "model": spec.model or recipe.model,
+        "install_dir": str(installed.dir), "bin_dir": str(installed.bin_dir), "executable": str(installed.executable),
+        "is_root": os.geteuid() == 0,
+        "max_turns": spec.max_turns if spec.max_turns is not None else (recipe.max_turns or 0),
+        "timeout_s": spec.timeout_s or recipe.timeout_s,
+    }
+
+
+CallCounter = Callable[[str], "tuple[int, float | None]"]
+"""episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
+
+
+def store_call_counter(store: Any) -> CallCounter:
+    def count(episode_id: str) -> tuple[int, float | None]:
+        # The proxy may record non-LLM requests (e.g. Claude Code's HEAD preflight) as protocol "other".
+        calls = [c for c in store.get_calls(episode_id) if c.protocol != "other"]
+        return len(calls), min((c.started_at for c in calls), default=None)
+
+    return count
+
+
+class HarnessEpisode:
+    """One launch of one harness. `await run()` once; `stop()` from any thread ends it early."""
+
+    def __init__(self, recipe: Recipe, installed: Installed, spec: EpisodeSpec, count_calls: CallCounter):
+        self.recipe, self.installed, self.spec = recipe, installed, spec
+        self.count_calls = count_calls
+        self.episode_dir = Path(spec.run_dir) / "harness" / spec.episode_id
+        self.log_dir = Path(spec.run_dir) / "logs" / "episodes"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = asyncio.Event()
+        self._stop_status: str | None = None
+        self._stop_reason: str | None = None
+        self.pid: int | None = None
+
+    def stop(self, reason: str, status: str = "budget_exceeded") -> None:
+        """Ask the episode to end (e.g. the proxy's call budget ran out). Safe from any thread."""
+        if self._stop_status is None:
+            self._stop_status, self._stop_reason = status, reason
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def _prepare(self, ctx: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        recipe = self.recipe
+        for folder in (self.episode_dir, Path(ctx["home"]), self.log_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        for path_t, content_t in recipe.files.items():
+            path = Path(recipe.render(path_t, ctx))
+            path = path if path.is_absolute() else self.episode_dir / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(recipe.render(content_t, ctx), encoding="utf-8")
+            path.chmod(0o600)  # holds the episode key
+        env = harness_env()
+        env.update({"HOME": ctx["home"], "PATH": f"{ctx['bin_dir']}{os.pathsep}{env.get('PATH', '')}"})
+        for name, template in recipe.env.items():
+            value = recipe.render(template, ctx)
+            if value:
+                env[name] = value
+            else:  # a template that renders empty means "leave unset" (e.g. IS_SANDBOX only as root)
+                env.pop(name, None)
+        return [recipe.render(part, ctx) for part in recipe.command], env
+
+    async def run(self) -> Outcome:
+        self._loop = asyncio.get_running_loop()
+        if self._stop_status is not None:
+            self._stop.set()
+        spec, recipe = self.spec, self.recipe
+        # A short private folder: tmux's socket path must stay under the 107-byte unix socket limit.
+        tmpdir = Path(tempfile.mkdtemp(prefix="alight-"))
+        ctx = episode_context(recipe, self.installed, spec, self.episode_dir, tmpdir)
+        stdout_path = self.log_dir / f"{spec.episode_id}.stdout"
+        stderr_path = self.log_dir / f"{spec.episode_id}.stderr"
+        argv, env = self._prepare(ctx)
+        timeout = float(ctx["timeout_s"])
+        started = time.time()
+        timed_out = False
+        try:
+            with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, cwd=str(spec.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out, stderr=err, start_new_session=True,
+                )
+            self.pid = proc.pid
+            exited = asyncio.ensure_future(proc.wait())
+            stopper = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait({exited, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if not exited.done():
+                timed_out = not self._stop.is_set()
+                await self._terminate(proc, exited)
+            # Anything the harness left in its group (a backgrounded tool command) dies with the episode.
+            _killpg(proc.pid, signal.SIGKILL)
+            exit_code = proc.returncode
+        finally:
+            await self._cleanup(ctx, env)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        ended = time.time()
+        outcome = Outcome("finished", exit_code=exit_code, wall_s=round(ended - started, 3),
+                          stdout_path=str(stdout_path), stderr_path=str(stderr_path))
+        outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
+        outcome.first_call_s = round(first - started, 3) if first is not None else None
+        self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
+        return outcome
+
+    def _classify(self, outcome: Outcome, ctx: dict, stdout_path: Path, stderr_path: Path, timed_out: bool, timeout: float) -> None:
+        if self._stop_status is not None:
+            outcome.status, outcome.reason = self._stop_status, self._stop_reason  # type: ignore[assignment]
+            return
+        if timed_out:
+            outcome.status, outcome.reason = "timeout", f"no exit within {timeout:g} s; process group killed"
+            return
+        records = load_report(self.recipe, ctx, stdout_path)
+        error, turn_limit = judge(self.recipe, ctx, records)
+        outcome.turn_limit_reached = turn_limit
+        if outcome.calls == 0:
+            why = error or (f"exit code {outcome.exit_code}: {_tail(stderr_path)}" if outcome.exit_code else "no error reported")
+            outcome.status, outcome.reason = "no_calls", f"the harness exited without a single LLM call ({why})"
+        elif error is not None:
+            outcome.status, outcome.reason = "harness_error", error
+        elif outcome.exit_code != 0 and not turn_limit:
+            outcome.status, outcome.reason = "harness_error", f"exit code {outcome.exit_code}: {_tail(stderr_path)}"
+        elif turn_limit:
+            outcome.reason = "turn limit reached"
+
+    async def _terminate(self, proc: asyncio.subprocess.Process, exited: asyncio.Future) -> None:
+        stop = self.recipe.stop
+        _killpg(proc.pid, getattr(signal, stop.signal))
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), stop.grace_s)
+        except asyncio.TimeoutError:
+            _killpg(proc.pid, signal.SIGKILL)
+            await exited
+
+    async def _cleanup(self, ctx: dict[str, Any], env: dict[str, str]) -> None:
+        for template in self.recipe.stop.cleanup:
+            argv = [self.recipe.render(part, ctx) for part in template]
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                await asyncio.wait_for(proc.wait(), 15)
+            except (OSError, asyncio.TimeoutError):
+                continue  # cleanup is best effort; a missing tmux server is the normal case
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+    return text[-limit:].replace("\n", " | ") or "(no stderr)"
+
+
+class EpisodeStopper:
+    """Routes the proxy's on_budget_exceeded(episode_id, reason) to the running episode it names."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, HarnessEpisode] = {}
+
+    def __call__(self, episode_id: str, reason: str) -> None:
+        episode = self.running.get(episode_id)
+        if episode is not None:
+            episode.stop(reason, "budget_exceeded")
+
+
+async def run_episode(recipe: Recipe, installed: Installed, spec: EpisodeSpec, count_calls: CallCounter,
+                      stopper: EpisodeStopper | None = None) -> Outcome:
+    episode = HarnessEpisode(recipe, installed, spec, count_calls)
+    if stopper is not None:
+        stopper.running[spec.episode_id] = episode
+    try:
+        return await episode.run()
+    finally:
+        if stopper is not None:
+            stopper.running.pop(spec.episode_id, None)

@@ -1,0 +1,1 @@
+"""Harness installs and outcome judging (the runner itself is agentlightning_cli/harness.py)."""

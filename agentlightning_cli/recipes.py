@@ -1,0 +1,192 @@
+"""Harness recipes: validated YAML data that says how to install, configure, run and judge one harness.
+
+A recipe is found by name (the shipped `harness_recipes/*.yaml`) or by path (`--harness ./my-recipe.yaml`).
+Every template is rendered with jinja2's StrictUndefined and checked at load time against a full dummy
+context, so a misspelt variable fails when the recipe loads, naming the file and the key, not mid-rollout.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentlightning_cli.errors import AlightError
+
+Protocol = Literal["openai-chat", "anthropic-messages", "openai-responses"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Install(_Strict):
+    kind: Literal["venv", "npm"]
+    package: str
+    """PyPI or npm package name; the version is pinned separately so a user can override it."""
+    version: str
+    bin: str
+    """The executable the install provides (venv/bin/<bin> or node_modules/.bin/<bin>)."""
+    python: str | None = None
+    """Python requirement for kind venv, e.g. ">=3.12"."""
+    node: str | None = None
+    """Node requirement for kind npm, e.g. ">=18" (checked before installing)."""
+    prerequisites: list[str] = Field(default_factory=list)
+    """Other programs the harness needs on PATH at run time (e.g. tmux)."""
+
+
+class ErrorRule(_Strict):
+    match: dict[str, Any]
+    """Dotted field path -> value; a record matches when every path holds that value."""
+    reason: str
+    """Template for the harness_error reason; `record` is the matching JSON object."""
+
+
+class Outcome(_Strict):
+    source: str = "stdout"
+    """"stdout" or a file path template (e.g. the trajectory file)."""
+    format: Literal["json", "jsonl"] = "jsonl"
+    """json: the whole source (or the last JSON line of stdout) is one object; jsonl: every JSON line."""
+    errors: list[ErrorRule] = Field(default_factory=list)
+    turn_limit: dict[str, Any] | None = None
+    """A record matching this means the harness stopped at its turn limit: finished, flagged as such."""
+    require: dict[str, Any] | None = None
+    """If set, a finished episode needs one record matching this; otherwise it is a harness_error."""
+    require_reason: str = "the harness did not report success"
+    """Template for the reason when `require` is not met; `records` is the list of parsed records."""
+
+
+class Stop(_Strict):
+    signal: str = "SIGTERM"
+    grace_s: float = 5.0
+    cleanup: list[list[str]] = Field(default_factory=list)
+    """Commands run after the harness exits (always), e.g. killing a daemonised tmux server."""
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, value: str) -> str:
+        if not hasattr(signal, value) or not value.startswith("SIG"):
+            raise ValueError(f"unknown signal {value!r} (use a name such as SIGTERM or SIGINT)")
+        return value
+
+
+class Recipe(_Strict):
+    name: str
+    description: str
+    protocol: Protocol
+    install: Install
+    check: list[str]
+    """A quick command proving the install works (e.g. `--version`)."""
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict)
+    """Path template (relative paths are under the episode's private dir) -> content template."""
+    stdin: Literal["devnull", "closed"] = "devnull"
+    model: str = "policy"
+    """The model name the harness sends; the proxy's alias maps any name to the policy."""
+    max_turns: int | None = None
+    """Default turn/step limit passed to the command (None where the harness has none)."""
+    timeout_s: float = 1800.0
+    outcome: Outcome = Field(default_factory=Outcome)
+    stop: Stop = Field(default_factory=Stop)
+    source: str = Field(default="", exclude=True)
+    """Where the recipe was loaded from (set by the loader)."""
+
+    def render(self, template: str, context: dict[str, Any]) -> str:
+        return _ENV.from_string(template).render(context)
+
+
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def dummy_context() -> dict[str, Any]:
+    """Every variable a recipe template may use, with placeholder values (see harness.episode_context)."""
+    return {
+        "prompt": "Create out.txt", "workspace": "/tmp/ws", "episode_id": "ep-dummy", "episode_dir": "/tmp/ep",
+        "home": "/tmp/ep/home", "tmpdir": "/tmp/alight-x", "base_url": "http://127.0.0.1:1/e/ep-dummy/v1",
+        "api_key": "key", "model": "policy", "install_dir": "/tmp/h", "bin_dir": "/tmp/h/bin",
+        "executable": "/tmp/h/bin/x", "is_root": True, "max_turns": 10, "timeout_s": 60.0,
+    }
+
+
+def _check_templates(recipe: Recipe, where: str) -> None:
+    from agentlightning_cli.harnesses.outcome import Lenient
+
+    # Reasons read fields of the harness's own JSON, which vary; only those two names are lenient.
+    ctx = {**dummy_context(), "record": Lenient(), "records": Lenient([])}
+    ctx["max_turns"] = recipe.max_turns if recipe.max_turns is not None else 0
+    pieces: list[tuple[str, str]] = [(f"command[{i}]", t) for i, t in enumerate(recipe.command)]
+    pieces += [(f"check[{i}]", t) for i, t in enumerate(recipe.check)]
+    pieces += [(f"env.{k}", v) for k, v in recipe.env.items()]
+    for path, content in recipe.files.items():
+        pieces += [(f"files[{path!r}] (path)", path), (f"files[{path!r}]", content)]
+    pieces += [(f"stop.cleanup[{i}][{j}]", t) for i, cmd in enumerate(recipe.stop.cleanup) for j, t in enumerate(cmd)]
+    pieces += [("outcome.source", recipe.outcome.source), ("outcome.require_reason", recipe.outcome.require_reason)]
+    pieces += [(f"outcome.errors[{i}].reason", r.reason) for i, r in enumerate(recipe.outcome.errors)]
+    for key, template in pieces:
+        try:
+            recipe.render(template, ctx)
+        except jinja2.TemplateError as exc:
+            raise AlightError(
+                f"{where}: key '{key}': {exc}",
+                f"template variables available: {', '.join(sorted(dummy_context()))}",
+            ) from exc
+
+
+def builtin_dirs() -> list[Path]:
+    """Shipped recipe folders: inside the installed package, then the source checkout's top-level folder."""
+    package_dir = Path(__file__).resolve().parent
+    return [package_dir / "harness_recipes", package_dir.parent / "harness_recipes"]
+
+
+def available() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder in builtin_dirs():
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            found.setdefault(path.stem, path)
+    return found
+
+
+def load_path(path: Path) -> Recipe:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AlightError(f"cannot read recipe {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise AlightError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise AlightError(f"{path}: a recipe is a mapping of keys at the top level")
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            raise AlightError(f"{path}: unknown key '{key}'", "see harness_recipes/*.yaml for the recipe format") from exc
+        if err["type"] == "missing":
+            raise AlightError(f"{path}: missing key '{key}'") from exc
+        raise AlightError(f"{path}: key '{key}': {err['msg']}") from exc
+    recipe.source = str(path)
+    _check_templates(recipe, str(path))
+    return recipe
+
+
+def load(name_or_path: str) -> Recipe:
+    """A recipe by shipped name (`codex`) or by path (`./my-recipe.yaml`)."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path or path.is_file():
+        if not path.is_file():
+            raise AlightError(f"recipe file not found: {path}")
+        return load_path(path)
+    recipes = available()
+    if name_or_path in recipes:
+        return load_path(recipes[name_or_path])
+    tried = ", ".join(str(d / f"{name_or_path}.yaml") for d in builtin_dirs())
+    raise AlightError(
+        f"unknown harness '{name_or_path}' (tried {tried})",
+        f"available: {', '.join(recipes) or 'none'}; or pass a recipe file path",
+    )

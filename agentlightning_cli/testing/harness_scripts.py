@@ -1,0 +1,106 @@
+"""Deterministic model scripts that drive each real harness through one shell tool call, then finish.
+
+Used with the fake upstream (`FakeScript(reply=tool_then_finish("codex"))`): the proxy translates every
+harness's protocol to chat completions, so the script sees chat requests and answers chat turns. The step is
+the number of tool results already in the request, so the script is stateless and concurrent episodes stay
+independent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+OUT_FILE = "out.txt"
+OUT_TEXT = "written by the scripted model"
+WRITE_COMMAND = f"printf '%s\\n' '{OUT_TEXT}' > {OUT_FILE}"
+MINI_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+@dataclass(frozen=True)
+class ShellTool:
+    """How a harness names its shell tool and how it wants to be told the task is done."""
+
+    name: str
+    arg: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    finish: dict[str, Any] | None = None
+    """The turn that ends the episode; None means a plain text answer."""
+
+
+SHELL_TOOLS: dict[str, ShellTool] = {
+    "claude-code": ShellTool("Bash", "command", {"description": "Write the output file"}),
+    "codex": ShellTool("exec_command", "cmd"),
+    "openhands": ShellTool(
+        "terminal", "command", {"security_risk": "LOW"},
+        finish={"tool_calls": [{"name": "finish", "arguments": {"message": "Done."}}]},
+    ),
+    "mini-swe-agent": ShellTool(
+        "bash", "command",
+        finish={"tool_calls": [{"name": "bash", "arguments": {"command": MINI_SUBMIT}}]},
+    ),
+}
+
+
+def _tool_results(body: dict) -> int:
+    return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
+
+
+def _advertised(body: dict) -> set[str]:
+    names = set()
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and fn.get("name"):
+            names.add(fn["name"])
+    return names
+
+
+def detect(body: dict) -> str | None:
+    """Which harness sent this request, judged by its tools (for recipes with names of their own)."""
+    names = _advertised(body)
+    if "terminal" in names and "finish" in names:
+        return "openhands"
+    for harness in ("claude-code", "codex", "mini-swe-agent"):
+        if SHELL_TOOLS[harness].name in names:
+            return harness
+    return None
+
+
+def shell_call(harness: str, command: str) -> dict[str, Any]:
+    tool = SHELL_TOOLS[harness]
+    args = {tool.arg: command, **tool.extra}
+    return {"content": "Running a command.", "tool_calls": [{"name": tool.name, "arguments": json.dumps(args)}]}
+
+
+def tool_then_finish(harness: str | None = None, command: str = WRITE_COMMAND) -> Callable[[dict], dict[str, Any]]:
+    """Step 0: run `command` with the harness's shell tool; step 1+: finish the way the harness expects.
+
+    With harness None the harness is recognised from the tools each request advertises.
+    """
+    if harness is not None and harness not in SHELL_TOOLS:
+        raise KeyError(f"no script for harness {harness!r}; known: {', '.join(SHELL_TOOLS)}")
+
+    def reply(body: dict) -> dict[str, Any]:
+        name = harness or detect(body)
+        if name is None or SHELL_TOOLS[name].name not in _advertised(body):
+            # Side requests without the shell tool (titles, summaries): a short text answer.
+            return {"content": "Done."}
+        if _tool_results(body) == 0:
+            return shell_call(name, command)
+        finish = SHELL_TOOLS[name].finish
+        return dict(finish) if finish else {"content": "Done."}
+
+    return reply
+
+
+def endless(harness: str | None = None, command: str = "true") -> Callable[[dict], dict[str, Any]]:
+    """Always one more shell call: runs a harness into its turn limit, budget or timeout."""
+    if harness is not None and harness not in SHELL_TOOLS:
+        raise KeyError(f"no script for harness {harness!r}; known: {', '.join(SHELL_TOOLS)}")
+
+    def reply(body: dict) -> dict[str, Any]:
+        name = harness or detect(body)
+        return shell_call(name, command) if name else {"content": "Done."}
+
+    return reply
