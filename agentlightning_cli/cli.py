@@ -24,6 +24,8 @@ config_app = typer.Typer(help="Show the resolved settings and where they come fr
 app.add_typer(config_app, name="config")
 tasks_app = typer.Typer(help="Validate task sets (alight's JSONL lines and SWE-bench instances).", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+harness_app = typer.Typer(help="Harness recipes: list them, install them, smoke-check them.", no_args_is_help=True)
+app.add_typer(harness_app, name="harness")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
@@ -103,6 +105,60 @@ def tasks_check(
         emit_json(report.to_json())
     else:
         print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@harness_app.command("list")
+def harness_list(as_json: JsonFlag = False) -> None:
+    """List the shipped harness recipes, their protocol, pinned version and whether they are installed."""
+    from agentlightning_cli.harnesses.commands import list_harnesses
+
+    rows = list_harnesses()
+    if as_json:
+        emit_json(rows)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "protocol", "version", "installed", "description")
+    for r in rows:
+        table.add_row(r["name"], r["protocol"], r["version"], "yes" if r["installed"] else "no", r["description"])
+    Console().print(table)
+
+
+@harness_app.command("install")
+def harness_install(
+    name: Annotated[str, typer.Argument(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
+    force: Annotated[bool, typer.Option("--force", help="Reinstall even if this version is already there.")] = False,
+) -> None:
+    """Install a harness into its own folder under ALIGHT_HOME/harnesses/ (once; progress on stderr)."""
+    from agentlightning_cli.harnesses.commands import install_harness
+
+    typer.echo(str(install_harness(name, force=force).dir))
+
+
+@harness_app.command("check")
+def harness_check(
+    name: Annotated[str, typer.Argument(help="Recipe name or path to a recipe YAML.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome."""
+    from agentlightning_cli.harnesses.commands import check_harness
+
+    report = check_harness(name)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        o = report.outcome
+        typer.echo(f"harness:   {report.harness} {report.version} ({report.protocol})")
+        typer.echo(f"calls:     {report.calls} captured, {report.calls_with_token_ids} with token ids")
+        typer.echo(f"tool:      {'executed (out.txt written)' if report.tool_executed else 'not executed'}")
+        typer.echo(f"outcome:   {o['status']}{' - ' + o['reason'] if o['reason'] else ''} ({o['wall_s']} s)")
+        typer.echo(f"run dir:   {report.run_dir}")
+        for problem in report.problems:
+            typer.echo(f"problem:   {problem}", err=True)
+        typer.echo("check:     " + ("ok" if report.ok else "FAILED"))
     if not report.ok:
         raise typer.Exit(1)
 
