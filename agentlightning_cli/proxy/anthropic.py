@@ -1,0 +1,298 @@
+"""Anthropic Messages -> vLLM chat completions (request side), count_tokens and Anthropic error shapes.
+
+The reply side (JSON and incremental SSE) lives in `anthropic_reply.py` and is re-exported here, so the server
+uses one module per protocol: `request_to_chat`, `response_from_chat`, `StreamTranslator`, `error_body`.
+
+Translation choices (the client's full request is recorded anyway; `dropped` lists what did not reach vLLM):
+* Text blocks of one message are joined with "\\n"; the `x-anthropic-billing-header` system block (a per
+  conversation hash, metadata rather than prompt) is dropped. System placement: see `chat_messages.py`.
+* `tool_result` blocks become `tool` messages placed before the user's text of the same message, so they
+  follow the assistant's tool calls as chat requires; `is_error: true` prefixes the text with "Error: ".
+* A `tool_use` input of the form {"_raw": "<text>"} (how `anthropic_reply` returns arguments that were not a
+  JSON object) goes back upstream as the raw text, so the model sees what it generated.
+* Tools with `defer_loading: true` and server tools (no `input_schema`) are dropped and recorded.
+* A final assistant message is a prefill: vLLM continues it (`continue_final_message`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .anthropic_reply import StreamTranslator, response_from_chat  # noqa: F401  (re-exported interface)
+from .chat_messages import ChatMessages
+from .errors import TranslationError
+
+PROTOCOL = "anthropic-messages"
+
+_HANDLED = frozenset(
+    {"model", "messages", "system", "tools", "tool_choice", "stop_sequences", "max_tokens", "temperature",
+     "top_p", "top_k", "stream"}
+)
+_BILLING_HEADER = "x-anthropic-billing-header:"
+_TOOL_FIELDS = frozenset({"name", "description", "input_schema", "type", "strict", "cache_control"})
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def request_to_chat(body: dict) -> tuple[dict, dict]:
+    """Client request -> (chat-completions body for vLLM, {what was dropped: value})."""
+    if not isinstance(body, dict):
+        raise TranslationError("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise TranslationError("`messages` is required and must be a list", "messages")
+    dropped: dict = {key: value for key, value in body.items() if key not in _HANDLED}
+    builder = ChatMessages()
+    _system_field(body.get("system"), builder, dropped)
+    for i, message in enumerate(messages):
+        _message(message, f"messages.{i}", builder, dropped)
+    chat: dict = {"model": body.get("model"), "messages": builder.result()}
+    if chat["messages"] and chat["messages"][-1]["role"] == "assistant":
+        chat["add_generation_prompt"] = False
+        chat["continue_final_message"] = True
+    _tools(body, chat, dropped)
+    _sampling(body, chat)
+    return chat, dropped
+
+
+def count_tokens_request(body: dict) -> dict:
+    """A `/v1/messages/count_tokens` body -> the body for vLLM's `/tokenize` (same prompt rendering)."""
+    chat, _ = request_to_chat({key: value for key, value in body.items() if key != "stream"})
+    out = {"model": chat["model"], "messages": chat["messages"],
+           "add_generation_prompt": chat.get("add_generation_prompt", True)}
+    if chat.get("continue_final_message"):
+        out["continue_final_message"] = True
+    if "tools" in chat:
+        out["tools"] = chat["tools"]
+    return out
+
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
+    """Anthropic's error JSON; `param` (the offending field) is folded into the message."""
+    if kind is None:
+        kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if param:
+        message = f"{param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _note(dropped: dict, group: str, where: str, value) -> None:
+    dropped.setdefault(group, {})[where] = value
+
+
+def _system_field(system, builder: ChatMessages, dropped: dict) -> None:
+    if system is None:
+        return
+    if isinstance(system, str):
+        builder.system(system)
+        return
+    if not isinstance(system, list):
+        raise TranslationError("`system` must be a string or a list of text blocks", "system")
+    builder.system(_texts(system, "system", dropped, skip_billing=True))
+
+
+def _texts(blocks: list, path: str, dropped: dict, skip_billing: bool = False) -> str:
+    """Text of a list of content blocks where only text is meaningful (system, tool results)."""
+    texts = []
+    for j, block in enumerate(blocks):
+        where = f"{path}.{j}"
+        if not isinstance(block, dict):
+            raise TranslationError("content blocks must be objects", where)
+        if "cache_control" in block:
+            _note(dropped, "cache_control", where, block["cache_control"])
+        if block.get("type") != "text":
+            _drop_block(block, where, dropped)
+            continue
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise TranslationError("a text block needs a string `text`", f"{where}.text")
+        if skip_billing and text.startswith(_BILLING_HEADER):
+            dropped["system_billing_header"] = text
+            continue
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _drop_block(block: dict, where: str, dropped: dict) -> None:
+    kind = block.get("type")
+    summary: dict = {"type": kind}
+    if kind in ("thinking", "redacted_thinking"):
+        summary["chars"] = len(block.get("thinking") or block.get("data") or "")
+    elif isinstance(block.get("source"), dict):
+        summary["source"] = {k: v for k, v in block["source"].items() if k != "data"}
+    _note(dropped, "blocks", where, summary)
+
+
+def _message(message, path: str, builder: ChatMessages, dropped: dict) -> None:
+    if not isinstance(message, dict):
+        raise TranslationError("each message must be an object", path)
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(content, (str, list)):
+        raise TranslationError("`content` must be a string or a list of blocks", f"{path}.content")
+    if role == "system":
+        builder.system(content if isinstance(content, str) else _texts(content, f"{path}.content", dropped))
+    elif role == "user":
+        _user(content, path, builder, dropped)
+    elif role == "assistant":
+        _assistant(content, path, builder, dropped)
+    else:
+        raise TranslationError(f"unknown role {role!r} (expected user, assistant or system)", f"{path}.role")
+
+
+def _user(content, path: str, builder: ChatMessages, dropped: dict) -> None:
+    if isinstance(content, str):
+        builder.add({"role": "user", "content": content})
+        return
+    texts = []
+    for j, block in enumerate(content):
+        where = f"{path}.content.{j}"
+        if not isinstance(block, dict):
+            raise TranslationError("content blocks must be objects", where)
+        if "cache_control" in block:
+            _note(dropped, "cache_control", where, block["cache_control"])
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise TranslationError("a text block needs a string `text`", f"{where}.text")
+            texts.append(text)
+        elif kind == "tool_result":
+            builder.add(_tool_result(block, where, dropped))
+        else:
+            _drop_block(block, where, dropped)
+    if texts:
+        builder.add({"role": "user", "content": "\n".join(texts)})
+
+
+def _tool_result(block: dict, where: str, dropped: dict) -> dict:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str):
+        raise TranslationError("a tool_result block needs a string `tool_use_id`", f"{where}.tool_use_id")
+    content = block.get("content")
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = _texts(content, f"{where}.content", dropped)
+    else:
+        raise TranslationError("tool_result `content` must be a string or a list of blocks", f"{where}.content")
+    if block.get("is_error"):
+        text = f"Error: {text}"
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _assistant(content, path: str, builder: ChatMessages, dropped: dict) -> None:
+    if isinstance(content, str):
+        builder.add({"role": "assistant", "content": content})
+        return
+    texts, calls = [], []
+    for j, block in enumerate(content):
+        where = f"{path}.content.{j}"
+        if not isinstance(block, dict):
+            raise TranslationError("content blocks must be objects", where)
+        if "cache_control" in block:
+            _note(dropped, "cache_control", where, block["cache_control"])
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise TranslationError("a text block needs a string `text`", f"{where}.text")
+            texts.append(text)
+        elif kind == "tool_use":
+            call_id, name = block.get("id"), block.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise TranslationError("a tool_use block needs string `id` and `name`", where)
+            arguments = _arguments(block.get("input"))
+            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        else:
+            _drop_block(block, where, dropped)
+    message: dict = {"role": "assistant", "content": "\n".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    builder.add(message)
+
+
+def _arguments(value) -> str:
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("_raw"), str):
+        return value["_raw"]
+    return json.dumps({} if value is None else value, ensure_ascii=False)
+
+
+def _tools(body: dict, chat: dict, dropped: dict) -> None:
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise TranslationError("`tools` must be a list", "tools")
+        converted = []
+        for i, tool in enumerate(tools):
+            where = f"tools.{i}"
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                raise TranslationError("each tool must be an object with a string `name`", where)
+            if "cache_control" in tool:
+                _note(dropped, "cache_control", where, tool["cache_control"])
+            if tool.get("defer_loading"):
+                _note(dropped, "tools", tool["name"], "defer_loading")
+                continue
+            if not isinstance(tool.get("input_schema"), dict) or tool.get("type") not in (None, "custom"):
+                _note(dropped, "tools", tool["name"], f"server tool {tool.get('type')!r}")
+                continue
+            function = {"name": tool["name"]}
+            if tool.get("description") is not None:
+                function["description"] = tool["description"]
+            function["parameters"] = tool["input_schema"]
+            if tool.get("strict") is not None:
+                function["strict"] = tool["strict"]
+            for key in tool.keys() - _TOOL_FIELDS:
+                _note(dropped, "tool_fields", f"{where}.{key}", tool[key])
+            converted.append({"type": "function", "function": function})
+        if converted:
+            chat["tools"] = converted
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "none", "tool"):
+        raise TranslationError("`tool_choice.type` must be auto, any, tool or none", "tool_choice")
+    if choice["type"] == "tool":
+        if not isinstance(choice.get("name"), str):
+            raise TranslationError("`tool_choice` of type tool needs a string `name`", "tool_choice.name")
+        mapped = {"type": "function", "function": {"name": choice["name"]}}
+    else:
+        mapped = _TOOL_CHOICES[choice["type"]]
+    if "tools" not in chat:
+        if mapped == "none" or mapped == "auto":
+            return  # nothing to choose from; vLLM rejects tool_choice without tools
+        raise TranslationError("`tool_choice` forces a tool call but no usable tools were given", "tool_choice")
+    chat["tool_choice"] = mapped
+    if choice.get("disable_parallel_tool_use"):
+        chat["parallel_tool_calls"] = False
+
+
+def _sampling(body: dict, chat: dict) -> None:
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise TranslationError("`max_tokens` must be a positive integer", "max_tokens")
+        chat["max_tokens"] = max_tokens
+    for key in ("temperature", "top_p", "top_k"):
+        value = body.get(key)
+        if value is not None:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TranslationError(f"`{key}` must be a number", key)
+            chat[key] = value
+    stop = body.get("stop_sequences")
+    if stop is not None:
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise TranslationError("`stop_sequences` must be a list of strings", "stop_sequences")
+        if stop:
+            chat["stop"] = stop
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise TranslationError("`stream` must be a boolean", "stream")
+    chat["stream"] = stream
+    if stream:
+        chat["stream_options"] = {"include_usage": True}

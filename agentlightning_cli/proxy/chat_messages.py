@@ -1,0 +1,77 @@
+"""Builds a chat-completions `messages` list from another protocol's conversation (shared by both translators).
+
+Placement of system text is the one decision every chat template cares about:
+
+* System text that comes before any conversation turn (Anthropic `system`, leading `role: "system"` messages,
+  Responses `instructions` and leading `system`/`developer` messages) becomes ONE leading system message.
+* System text in the middle of a conversation (Claude Code's `role: "system"` messages, a later Codex
+  `developer` message) becomes user-role text wrapped in `<system-reminder>` tags, appended to the preceding
+  user message when the last message is one, else a new user message. Many chat templates reject or
+  misplace a system message after the first position, and the translator cannot see the template, so it
+  never emits one. Appending to the *preceding* message (rather than prepending to the next) keeps every
+  call's prompt a prefix of the next call's, which exact token-prefix merging of training rows relies on.
+  The tag is the convention Claude Code itself uses for such reminders with first-party model names.
+"""
+
+from __future__ import annotations
+
+REMINDER_OPEN = "<system-reminder>"
+
+
+def as_reminder(text: str) -> str:
+    if text.lstrip().startswith(REMINDER_OPEN):
+        return text
+    return f"{REMINDER_OPEN}\n{text}\n</system-reminder>"
+
+
+class ChatMessages:
+    """Accumulates chat messages; `parts_joiner` joins the text parts of one message."""
+
+    __slots__ = ("messages", "_system", "_started", "_joiner")
+
+    def __init__(self, parts_joiner: str = "\n") -> None:
+        self.messages: list[dict] = []
+        self._system: list[str] = []
+        self._started = False
+        self._joiner = parts_joiner
+
+    def system(self, text: str) -> None:
+        """System text at this point of the conversation (leading or mid-conversation, see module doc)."""
+        if not text:
+            return
+        if not self._started:
+            self._system.append(text)
+            return
+        reminder = as_reminder(text)
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "user" and isinstance(last.get("content"), str):
+            last["content"] = f"{last['content']}{self._joiner}{reminder}"
+        else:
+            self.messages.append({"role": "user", "content": reminder})
+
+    def add(self, message: dict) -> dict:
+        if not self._started:
+            self._start()
+        self.messages.append(message)
+        return message
+
+    def add_tool_call(self, call: dict) -> None:
+        """Attach a tool call to the assistant message that ends the list, or open one: consecutive calls of
+        one model turn arrive as separate items (Responses) but chat wants them on one message."""
+        last = self.messages[-1] if self._started and self.messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+            if last.get("content") == "":
+                last["content"] = None
+        else:
+            self.add({"role": "assistant", "content": None, "tool_calls": [call]})
+
+    def result(self) -> list[dict]:
+        if not self._started:
+            self._start()
+        return self.messages
+
+    def _start(self) -> None:
+        self._started = True
+        if self._system:
+            self.messages.append({"role": "system", "content": "\n\n".join(self._system)})
