@@ -87,6 +87,24 @@ def doctor(as_json: JsonFlag = False) -> None:
     console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
 
 
+@app.command()
+def proxy(
+    upstream: Annotated[str, typer.Option(help="OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000.")],
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port to listen on (default: a free one).")] = None,
+    store: Annotated[Path, typer.Option(help="Run directory for the recording store (alight.db).")] = Path("runs/proxy"),
+    model: Annotated[
+        Optional[str], typer.Option(help="Upstream model name to send (default: the name each client asks for).")
+    ] = None,
+) -> None:
+    """Run the recording proxy alone in ad-hoc mode: episodes are created on first use; Ctrl-C stops."""
+    from agentlightning_cli.config import load_settings
+    from agentlightning_cli.proxy.standalone import run
+
+    flags = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    run(load_settings(flags={"proxy": flags} if flags else None), upstream, store, model)
+
+
 @tasks_app.command("check")
 def tasks_check(
     file: Annotated[Path, typer.Argument(help="Task set: one JSON object per line.")],

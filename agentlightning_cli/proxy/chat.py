@@ -23,14 +23,15 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def resolve_model(client_model: str | None, aliases: dict[str, str], policy: str) -> str:
-    """The upstream name for what the client asked: an exact alias, then a wildcard alias, else the policy."""
+def resolve_model(client_model: str | None, aliases: dict[str, str], policy: str | None) -> str | None:
+    """The upstream name for what the client asked: an exact alias, then a wildcard alias, else the policy
+    (no policy: the client's own name, for `alight proxy` in front of an arbitrary server)."""
     if client_model is not None and client_model in aliases:
         return aliases[client_model]
     for pattern, target in aliases.items():
         if "*" in pattern and client_model is not None and fnmatchcase(client_model, pattern):
             return target
-    return aliases.get("*", policy)
+    return aliases.get("*", policy if policy is not None else client_model)
 
 
 @dataclass

@@ -29,7 +29,9 @@ def protocol_of(path: str, headers: Any) -> str:
 
 def advertised_models(proxy: Any) -> list[str]:
     names = [name for name in proxy.settings.model_aliases if "*" not in name]
-    return names + [proxy.policy] if proxy.policy not in names else names
+    if proxy.policy is not None and proxy.policy not in names:
+        names.append(proxy.policy)
+    return names or ["default"]
 
 
 def models_body(proxy: Any, protocol: str) -> dict:

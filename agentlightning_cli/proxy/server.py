@@ -47,7 +47,7 @@ def _json(status: int, body: bytes) -> web.Response:
 
 
 class Proxy:
-    def __init__(self, store: Any, upstream_url: str, settings: Any, policy: str = "policy-r0",
+    def __init__(self, store: Any, upstream_url: str, settings: Any, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         self.upstream_url = upstream_url.rstrip("/")
