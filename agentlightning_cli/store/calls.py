@@ -95,12 +95,12 @@ def _encode_ids(record: CallRecord, recent_ids: list[tuple[int, bytes]], row: di
         return None
     prompt = codec.pack_ids(record.prompt_token_ids)
     best_seq, best_len = None, 0
-    for seq, ids in recent_ids:  # newest first: the previous call wins ties
+    # Newest first, so the previous call wins ties. All candidates are compared (a few memcmp's): an older
+    # call can share more, e.g. when the previous call was a retry with a shorter completion.
+    for seq, ids in recent_ids:
         common = codec.common_prefix_len(prompt, ids)
         if common > best_len:
             best_seq, best_len = seq, common
-        if common == len(ids):  # it extends this call entirely; an older call cannot give a longer prefix
-            break
     row.update(
         prompt_base_seq=best_seq,
         prompt_prefix_len=best_len // 4 if best_seq is not None else None,

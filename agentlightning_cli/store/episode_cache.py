@@ -86,6 +86,8 @@ def _catch_up(conn: sqlite3.Connection, episode_id: str, state: EpisodeState | N
         f"SELECT {PROMPT_COLUMNS}, id FROM calls WHERE episode_id = ? AND seq > ? ORDER BY seq",
         (episode_id, after),
     ).fetchall()
+    if not rows:  # another thread committed (and cached) a newer call after our latest-seq query
+        return state if state is not None else EpisodeState()
     recent = [] if state is None else list(state.recent_ids)
     for row in rows:
         if row[1] is not None and row[1] not in known:  # references a call the cache no longer holds

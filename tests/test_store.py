@@ -1,0 +1,160 @@
+"""Store basics: migrations, runs/rounds/episodes, episode keys, and a round-trip of every call field."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.store import Call, CallRecord, Store
+from agentlightning_cli.store.migrations import MIGRATIONS, apply_migrations
+
+
+def record(episode_id: str, **fields) -> CallRecord:
+    base = dict(episode_id=episode_id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
+                status="ok", http_status=200, stream=False, client_request=b"{}", started_at=1.0, ended_at=2.0)
+    return CallRecord(**{**base, **fields})
+
+
+def test_open_creates_wal_database_with_every_migration(tmp_path: Path):
+    with Store.open(tmp_path / "runs" / "r1") as store:
+        assert store.path == tmp_path / "runs" / "r1" / "alight.db"
+    conn = sqlite3.connect(tmp_path / "runs" / "r1" / "alight.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    names = [r[0] for r in conn.execute("SELECT name FROM _alight_migrations ORDER BY name")]
+    assert names == [name for name, _, _ in MIGRATIONS]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"runs", "rounds", "episodes", "calls", "_alight_migrations"} <= tables
+
+
+def test_reopen_applies_nothing_and_keeps_data(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        run = store.create_run("r", {"k": [1, 2]})
+    conn = sqlite3.connect(tmp_path / "alight.db", isolation_level=None)
+    applied_at = conn.execute("SELECT applied_at FROM _alight_migrations").fetchall()
+    assert apply_migrations(conn) == []
+    with Store.open(tmp_path) as store:
+        assert store.get_run("r") == run
+    assert conn.execute("SELECT applied_at FROM _alight_migrations").fetchall() == applied_at
+
+
+def test_database_from_a_newer_alight_is_refused(tmp_path: Path):
+    Store.open(tmp_path).close()
+    with sqlite3.connect(tmp_path / "alight.db") as conn:
+        conn.execute("INSERT INTO _alight_migrations VALUES ('m999_future', 0)")
+    with pytest.raises(AlightError, match="m999_future"):
+        Store.open(tmp_path)
+
+
+def test_runs_rounds_and_episodes_round_trip(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        run = store.create_run("exp", {"lr": 1e-5, "nested": {"a": None}})
+        assert store.get_run(run.id) == store.get_run("exp") == run
+        assert store.get_run("missing") is None
+        with pytest.raises(AlightError, match="already exists"):
+            store.create_run("exp", {})
+        store.finish_run(run.id, "done")
+        assert store.list_runs()[0].status == "done"
+        r0 = store.create_round(run.id, 0, "policy-r0", None)
+        r1 = store.create_round(run.id, 1, "policy-r1", "/a/round-1")
+        store.finish_round(r0.id, "done")
+        done = store.get_round(r0.id)
+        assert done.status == "done" and done.ended_at >= done.started_at
+        assert [r.index for r in store.list_rounds(run.id)] == [0, 1] and store.get_round(r1.id) == r1
+        e1 = store.create_episode(run.id, r0.id, "t1", 0, "mini-swe-agent", "k1", workspace="/w/1")
+        e2 = store.create_episode(run.id, r1.id, "t1", 1, "codex", "k2", episode_id="ep-given")
+        loose = store.create_episode(None, None, None, 0, None, "k3")
+        assert e2.id == "ep-given" and e1.id.startswith("ep-") and e1.status == "pending"
+        assert store.get_episode(e1.id) == e1
+        assert [e.id for e in store.list_episodes(run_id=run.id)] == sorted([e1.id, e2.id])
+        assert [e.id for e in store.list_episodes(round_id=r1.id)] == [e2.id]
+        assert len(store.list_episodes()) == 3 and store.get_episode(loose.id).run_id is None
+        store.update_episode(e1.id, status="done", reward=0.5, reward_detail={"passed": 3, "failed": [1]},
+                             started_at=10.0, ended_at=20.5, exit_code=-9, error="killed", outcome="timeout",
+                             workspace="/w/elsewhere")
+        got = store.get_episode(e1.id)
+        assert (got.status, got.reward, got.reward_detail, got.started_at, got.ended_at) == (
+            "done", 0.5, {"passed": 3, "failed": [1]}, 10.0, 20.5)
+        assert (got.exit_code, got.error, got.outcome, got.workspace) == (-9, "killed", "timeout", "/w/elsewhere")
+        with pytest.raises(TypeError, match="key_sha256"):
+            store.update_episode(e1.id, key_sha256=b"")
+        with pytest.raises(LookupError):
+            store.update_episode("ep-nope", status="done")
+
+
+def test_episode_ids_sort_by_creation(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ids = []
+        for _ in range(3):
+            ids.append(store.create_episode(None, None, None, 0, None, "k").id)
+            time.sleep(0.002)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+
+
+def test_episode_key_is_checked_and_only_its_hash_is_stored(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "sk-very-secret-episode-key")
+        assert store.check_episode_key(ep.id, "sk-very-secret-episode-key")
+        assert not store.check_episode_key(ep.id, "sk-very-secret-episode-keY")
+        assert not store.check_episode_key(ep.id, "")
+        assert not store.check_episode_key("ep-unknown", "sk-very-secret-episode-key")
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("alight.db*"))
+    assert b"sk-very-secret-episode-key" not in raw
+
+
+def test_every_call_field_round_trips(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        rec = CallRecord(
+            episode_id=ep.id, protocol="anthropic-messages", method="POST", path="/v1/messages?beta=true",
+            status="partial", http_status=206, stream=True, client_request=b'{"messages":[]}\xff\x00',
+            client_headers={"user-agent": "claude-cli/2", "x-Custom": "\u00e9"},
+            upstream_request=b'{"model":"policy-r0"}', response=b"event: message_start\ndata: {}\n\n",
+            upstream_response=b'{"id":"x"}', prompt_token_ids=[0, 1, 2**32 - 1, 151643],
+            completion_token_ids=[7, 8, 9],
+            completion_logprobs=[-0.0, -1e-300, float("-inf")], finish_reason="length",
+            usage={"prompt_tokens": 4, "completion_tokens": 3}, client_model="claude-sonnet", model="policy-r0",
+            sampling={"temperature": 1.0, "top_p": 0.95, "max_tokens": 64}, dropped={"thinking": {"budget": 5}},
+            started_at=1700000000.123456, first_byte_at=1700000000.5, ended_at=1700000001.75, error="upstream reset",
+        )
+        written = store.add_call(rec)
+        assert written == Call(**dataclasses.asdict(rec), id=written.id, seq=0)
+        (read,) = store.get_calls(ep.id)
+        assert read == written == store.get_call(written.id)
+        bits = [struct.pack("<d", x) for x in read.completion_logprobs]
+        assert bits == [struct.pack("<d", x) for x in rec.completion_logprobs]
+        minimal = store.add_call(record(ep.id))
+        assert store.get_call(minimal.id) == minimal and minimal.seq == 1
+        assert minimal.prompt_token_ids is None and minimal.response is None and minimal.client_headers == {}
+        assert store.get_call("call-missing") is None and store.get_calls("ep-none") == []
+
+
+def test_token_ids_outside_uint32_are_rejected(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        for bad in ([-1], [2**32]):
+            with pytest.raises(ValueError):
+                store.add_call(record(ep.id, prompt_token_ids=bad))
+        assert store.get_calls(ep.id) == []
+
+
+def test_calls_for_an_unknown_episode_fail_closed(tmp_path: Path):
+    with Store.open(tmp_path) as store, pytest.raises(LookupError, match="ep-ghost"):
+        store.add_call(record("ep-ghost"))
+
+
+def test_write_waits_for_another_connections_lock(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        other = sqlite3.connect(tmp_path / "alight.db", isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.5, lambda: other.execute("COMMIT")).start()
+        started = time.monotonic()
+        call = store.add_call(record(ep.id))
+        assert time.monotonic() - started >= 0.4 and call.seq == 0
