@@ -158,3 +158,28 @@ def test_write_waits_for_another_connections_lock(tmp_path: Path):
         started = time.monotonic()
         call = store.add_call(record(ep.id))
         assert time.monotonic() - started >= 0.4 and call.seq == 0
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "alight.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(AlightError, match="cannot open the store"):
+        Store.open(tmp_path)
+
+
+def test_a_forked_child_uses_its_own_connection(tmp_path: Path):
+    import os
+
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        store.add_call(record(ep.id))
+        pid = os.fork()
+        if pid == 0:  # child: write through the inherited Store object, then exit without cleanup
+            try:
+                store.add_call(record(ep.id, client_request=b"from child"))
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert [c.client_request for c in store.get_calls(ep.id)] == [b"{}", b"from child"]
+        assert store.add_call(record(ep.id)).seq == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -44,7 +45,12 @@ class Store:
         self._conns_lock = threading.Lock()
         self._cache = EpisodeCache()
         self._closed = False
-        apply_migrations(self._conn())
+        self._pid = os.getpid()
+        try:
+            apply_migrations(self._conn())
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def open(cls, run_dir: str | Path, keyframes: call_rows.KeyframePolicy | None = None) -> Store:
@@ -71,6 +77,8 @@ class Store:
         self.close()
 
     def _conn(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:
+            self._after_fork()
         conn = getattr(self._local, "conn", None)
         if conn is None:
             with self._conns_lock:
@@ -81,6 +89,15 @@ class Store:
                 self._conns.append(conn)
             self._local.conn = conn
         return conn
+
+    def _after_fork(self) -> None:
+        # A forked child must not use the parent's SQLite connections (or locks that may have been held
+        # at fork time): forget them without closing, and start afresh in this process.
+        self._local = threading.local()
+        self._conns = []
+        self._conns_lock = threading.Lock()
+        self._cache = EpisodeCache()
+        self._pid = os.getpid()
 
     # runs and rounds ---------------------------------------------------------------------------------
     def create_run(self, name: str, config: dict[str, Any]) -> Run:
@@ -191,6 +208,9 @@ class Store:
         seq = write_transaction(conn, insert)
         self._cache.committed(record.episode_id, seq, row["id"], ids, bodies)
         values = {name: getattr(record, name) for name in record.__dataclass_fields__}
+        for kind in (*call_rows.DELTA_KINDS, *call_rows.PLAIN_KINDS):  # what get_call will return
+            values[kind] = None if values[kind] is None else bytes(values[kind])
+        values["stream"] = bool(record.stream)
         return Call(**values, id=row["id"], seq=seq)
 
     def get_calls(self, episode_id: str) -> list[Call]:
