@@ -43,11 +43,16 @@ def decode(raw: bytes, encoding: str, limit: int) -> bytes:
             wbits = 16 + zlib.MAX_WBITS if encoding != "deflate" else zlib.MAX_WBITS
             inflater = zlib.decompressobj(wbits)
             out = inflater.decompress(raw, limit + 1)
+            if not inflater.eof and len(out) <= limit:
+                raise ValueError("the compressed stream is truncated")
         elif encoding == "zstd":
             import zstandard
 
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                out = reader.read(limit + 1)
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                    out = reader.read(limit + 1)
+            except zstandard.ZstdError as exc:
+                raise ValueError(str(exc)) from exc
         else:
             raise ProxyReject(415, f"unsupported Content-Encoding {encoding!r} (use gzip, zstd or none)")
     except (zlib.error, ValueError, OSError) as exc:

@@ -72,7 +72,8 @@ class Proxy:
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                              skip_auto_headers=("Accept-Encoding", "User-Agent"),
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
-        server = web.Server(self._handle, access_log=None)
+        # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
+        server = web.Server(self._handle, access_log=None, auto_decompress=False)
         self._runner = web.ServerRunner(server, shutdown_timeout=5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)

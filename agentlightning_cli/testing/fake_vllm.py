@@ -91,7 +91,7 @@ class FakeVLLM:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/health", lambda r: web.Response(status=200))
+        app.router.add_get("/health", self.health)
         app.router.add_post("/v1/load_lora_adapter", self.load_adapter)
         app.router.add_post("/v1/unload_lora_adapter", self.unload_adapter)
         return app
@@ -176,6 +176,9 @@ class FakeVLLM:
                 await asyncio.sleep(script.event_delay_s)
         await resp.write_eof()
         return resp
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
