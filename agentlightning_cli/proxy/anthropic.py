@@ -68,7 +68,7 @@ def count_tokens_request(body: dict) -> dict:
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+                429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
 
 
 def error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
