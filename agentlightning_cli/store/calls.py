@@ -65,24 +65,29 @@ def encode_call(
     new_bases: dict[str, BodyBase] = {}
     for kind in DELTA_KINDS:
         raw = getattr(record, kind)
+        base = None if raw is None else _encode_body(kind, bytes(raw), bodies.get(kind), policy, row)
         if raw is None:
             row.update({kind: None, f"{kind}_size": None, f"{kind}_base_seq": None})
             row.update({f"{kind}_chain": None, f"{kind}_chain_bytes": None})
-            continue
-        raw = bytes(raw)
-        base = bodies.get(kind)
-        if base is not None and base.chain < policy.max_chain and base.chain_bytes + len(raw) <= policy.max_chain_bytes:
-            blob, base_seq, chain, chain_bytes = codec.compress_delta(raw, base.raw), base.seq, base.chain + 1, base.chain_bytes + len(raw)
         else:
-            blob, base_seq, chain, chain_bytes = codec.compress(raw), None, 1, len(raw)
-        row.update({kind: blob, f"{kind}_size": len(raw), f"{kind}_base_seq": base_seq})
-        row.update({f"{kind}_chain": chain, f"{kind}_chain_bytes": chain_bytes})
-        new_bases[kind] = BodyBase(seq=-1, raw=raw, chain=chain, chain_bytes=chain_bytes)
+            new_bases[kind] = base
     for kind in PLAIN_KINDS:
         raw = getattr(record, kind)
         row[kind] = None if raw is None else codec.compress(bytes(raw))
         row[f"{kind}_size"] = None if raw is None else len(raw)
     return row, full_ids, new_bases
+
+
+def _encode_body(kind: str, raw: bytes, base: BodyBase | None, policy: KeyframePolicy, row: dict[str, Any]) -> BodyBase:
+    """Delta-compress against `base` unless the chain would get too long to read back cheaply."""
+    if base is not None and base.chain < policy.max_chain and base.chain_bytes + len(raw) <= policy.max_chain_bytes:
+        blob, base_seq = codec.compress_delta(raw, base.raw), base.seq
+        chain, chain_bytes = base.chain + 1, base.chain_bytes + len(raw)
+    else:  # keyframe
+        blob, base_seq, chain, chain_bytes = codec.compress(raw), None, 1, len(raw)
+    row.update({kind: blob, f"{kind}_size": len(raw), f"{kind}_base_seq": base_seq})
+    row.update({f"{kind}_chain": chain, f"{kind}_chain_bytes": chain_bytes})
+    return BodyBase(seq=-1, raw=raw, chain=chain, chain_bytes=chain_bytes)
 
 
 def _encode_ids(record: CallRecord, recent_ids: list[tuple[int, bytes]], row: dict[str, Any]) -> bytes | None:

@@ -12,7 +12,14 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from agentlightning_cli.store.calls import DELTA_KINDS, PROMPT_COLUMNS, BodyBase, resolve_body, resolve_prompt
+from agentlightning_cli.store.calls import (
+    DELTA_KINDS,
+    PROMPT_COLUMNS,
+    BodyBase,
+    CorruptCallError,
+    resolve_body,
+    resolve_prompt,
+)
 
 RECENT_CALLS = 4  # prompt-prefix candidates: the previous call first, then a few older ones (branches)
 MAX_EPISODES = 64  # bounds memory: each entry holds a few prompts and the latest request bodies
@@ -90,8 +97,10 @@ def _catch_up(conn: sqlite3.Connection, episode_id: str, state: EpisodeState | N
         return state if state is not None else EpisodeState()
     recent = [] if state is None else list(state.recent_ids)
     for row in rows:
-        if row[1] is not None and row[1] not in known:  # references a call the cache no longer holds
-            return _catch_up(conn, episode_id, None) if state is not None else _fail(row)
+        if row[1] is not None and row[1] not in known:
+            if state is None:
+                raise CorruptCallError(f"call seq {row[0]} references seq {row[1]}, not an earlier call")
+            return _catch_up(conn, episode_id, None)  # references a call the cache no longer holds
         if resolve_prompt(row[:6], known) is not None:
             recent = [(row[0], known[row[0]]), *recent][:RECENT_CALLS]
     last_seq, last_id = rows[-1][0], rows[-1][6]
@@ -109,6 +118,3 @@ def _catch_up(conn: sqlite3.Connection, episode_id: str, state: EpisodeState | N
         bodies[kind] = BodyBase(seq=latest[0], raw=raw, chain=latest[1], chain_bytes=latest[2])
     return EpisodeState(last_seq, last_id, recent, bodies)
 
-
-def _fail(row: tuple) -> EpisodeState:
-    raise RuntimeError(f"call seq {row[0]} references seq {row[1]}, which is not an earlier call")
