@@ -26,6 +26,8 @@ tasks_app = typer.Typer(help="Validate task sets (alight's JSONL lines and SWE-b
 app.add_typer(tasks_app, name="tasks")
 harness_app = typer.Typer(help="Harness recipes: list them, install them, smoke-check them.", no_args_is_help=True)
 app.add_typer(harness_app, name="harness")
+model_app = typer.Typer(help="Models alight can serve: build the embedded tiny model.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
@@ -103,6 +105,34 @@ def proxy(
 
     flags = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     run(load_settings(flags={"proxy": flags} if flags else None), upstream, store, model)
+
+
+@model_app.command("tiny")
+def model_tiny(
+    out: Annotated[Path, typer.Argument(help="Directory to write the model to (created).")],
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same files.")] = 0,
+) -> None:
+    """Build the tiny random Qwen2-style model with a local tokenizer and tool-capable chat template (offline, seconds)."""
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+
+    if out.exists() and any(out.iterdir()):
+        raise AlightError(f"{out} exists and is not empty", "pass a new directory")
+    typer.echo(str(build_tiny_model(out, seed=seed)))
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        Optional[Path], typer.Option(help="Local Hugging Face model directory (default: the embedded tiny model).")
+    ] = None,
+    port: Annotated[Optional[int], typer.Option(help="Proxy port (default: a free one).")] = None,
+    run: Annotated[Optional[str], typer.Option(help="Run name: records go to runs/NAME/ (default: serve-<time>).")] = None,
+) -> None:
+    """Start vLLM and the recording proxy; print base URLs and each harness's settings; Ctrl-C stops both."""
+    from agentlightning_cli.config import load_settings
+    from agentlightning_cli.serve.server import serve as run_serve
+
+    run_serve(load_settings(), model=model, port=port, run_name=run)
 
 
 @tasks_app.command("check")

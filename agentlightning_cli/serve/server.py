@@ -1,0 +1,86 @@
+"""`alight serve`: vLLM (policy-r0 adapter) + the recording proxy in ad-hoc mode, until Ctrl-C.
+
+vLLM starts first and synchronously, so Ctrl-C during its 20-60 s startup lands in plain Python and the
+PolicyServer's cleanup stops the process group. The proxy then runs on an event loop until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.config import Settings
+from agentlightning_cli.serve import banner
+from agentlightning_cli.serve.policy import PolicyServer
+
+DRAIN_TIMEOUT_S = 10.0
+
+
+def default_run_name() -> str:
+    return time.strftime("serve-%Y%m%d-%H%M%S")
+
+
+def open_run(settings: Settings, name: str) -> tuple[Any, Any, Path]:
+    """The run's store and row: reused if `name` exists, so `alight serve --run X` can be restarted."""
+    from agentlightning_cli.store import Store
+
+    run_dir = Path(settings.runs_dir) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(run_dir)
+    run = store.get_run(name) or store.create_run(name, {"command": "serve", **settings.model_dump(mode="json")})
+    return store, run, run_dir
+
+
+async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: Any, run_dir: Path,
+                    ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    from agentlightning_cli.proxy.server import Proxy
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if ready is None:  # the CLI; tests drive `stop` themselves
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy, ad_hoc=True)
+    try:
+        await proxy.start()
+        print(banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir), run.name,
+                            policy.policy), file=sys.stderr, flush=True)
+        if ready is not None:
+            ready.proxy = proxy  # type: ignore[attr-defined]
+            ready.set()
+        await stop.wait()
+        print("alight serve: stopping (finishing in-flight requests)", file=sys.stderr, flush=True)
+        try:
+            await asyncio.wait_for(proxy.drain(), timeout=DRAIN_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            pass
+    finally:
+        await proxy.stop()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(settings: Settings, model: Path | None = None, port: int | None = None, run_name: str | None = None) -> None:
+    """Blocking: start everything, print the banner, wait for Ctrl-C, stop everything (vLLM last)."""
+    if port is not None:
+        settings.proxy.port = port
+    name = run_name or default_run_name()
+    # SIGTERM during vLLM's startup must unwind like Ctrl-C (the process group is stopped on the way out).
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    store, run, run_dir = open_run(settings, name)
+    try:
+        print(f"alight serve: starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
+        with PolicyServer(settings, run_dir, model) as policy:
+            rnd = store.create_round(run.id, 0, policy.policy, str(policy.adapter_dir(0)))
+            try:
+                asyncio.run(run_proxy(settings, policy, store, run, run_dir))
+            finally:
+                store.finish_round(rnd.id, "done")
+    finally:
+        store.close()

