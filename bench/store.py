@@ -185,7 +185,8 @@ def main() -> None:
           f" {bodies['new_content_bytes_raw']:,} B; each body zstd'd alone: {bodies['naive_zstd_each_bytes']:,} B")
     print(f"whole alight.db: {r['db_file_bytes']:,} B; a naive SQLite layout (ids as JSON, full bodies):"
           f" {r['naive_db_file_bytes']:,} B")
-    print(f"writes: {r['calls_per_second']:.0f} calls/s; read back whole episode: {r['read_episode_seconds'] * 1000:.0f} ms;"
+    print(f"writes: {r['calls_per_second']:.0f} calls/s;"
+          f" read back whole episode: {r['read_episode_seconds'] * 1000:.0f} ms;"
           f" last call alone: {r['read_last_call_seconds'] * 1000:.0f} ms; exact: {r['read_back_exact']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=2) + "\n")

@@ -53,7 +53,9 @@ class EpisodeCache:
         self._store(episode_id, state)
         return state
 
-    def committed(self, episode_id: str, seq: int, call_id: str, ids: bytes | None, bodies: dict[str, BodyBase]) -> None:
+    def committed(
+        self, episode_id: str, seq: int, call_id: str, ids: bytes | None, bodies: dict[str, BodyBase]
+    ) -> None:
         """Record a call this process just committed, if it directly follows what the cache knows."""
         with self._lock:
             state = self._states.get(episode_id, EpisodeState() if seq == 0 else None)

@@ -137,7 +137,8 @@ class Store:
         return None if row is None else _round(row)
 
     def list_rounds(self, run_id: str) -> list[Round]:
-        return [_round(r) for r in self._conn().execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY idx", (run_id,))]
+        rows = self._conn().execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY idx", (run_id,))
+        return [_round(r) for r in rows]
 
     # episodes ----------------------------------------------------------------------------------------
     def create_episode(self, run_id: str | None, round_id: str | None, task_id: str | None, attempt: int,
