@@ -183,3 +183,16 @@ def test_a_forked_child_uses_its_own_connection(tmp_path: Path):
         assert os.waitstatus_to_exitcode(status) == 0
         assert [c.client_request for c in store.get_calls(ep.id)] == [b"{}", b"from child"]
         assert store.add_call(record(ep.id)).seq == 2
+
+
+def test_episode_ids_are_unique_and_must_name_a_real_run(tmp_path: Path):
+    from agentlightning_cli.store import EpisodeExistsError
+
+    with Store.open(tmp_path) as store:
+        store.create_episode(None, None, None, 0, None, "k", episode_id="ep-1")
+        with pytest.raises(EpisodeExistsError, match="ep-1"):
+            store.create_episode(None, None, None, 0, None, "other", episode_id="ep-1")
+        assert store.check_episode_key("ep-1", "k")  # the first registration's key still holds
+        with pytest.raises(LookupError):
+            store.create_episode("run-missing", None, None, 0, None, "k")
+        assert [e.id for e in store.list_episodes()] == ["ep-1"]

@@ -2,6 +2,6 @@
 
 from agentlightning_cli.store.calls import KeyframePolicy
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run
-from agentlightning_cli.store.store import DB_NAME, Store
+from agentlightning_cli.store.store import DB_NAME, EpisodeExistsError, Store
 
-__all__ = ["Call", "CallRecord", "DB_NAME", "Episode", "KeyframePolicy", "Round", "Run", "Store"]
+__all__ = ["Call", "CallRecord", "DB_NAME", "Episode", "EpisodeExistsError", "KeyframePolicy", "Round", "Run", "Store"]

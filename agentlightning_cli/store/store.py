@@ -30,6 +30,10 @@ _EPISODE_FIELDS = {
 }  # fmt: skip
 
 
+class EpisodeExistsError(ValueError):
+    """create_episode was given an id that is already taken (e.g. two requests raced to register it)."""
+
+
 def _key_hash(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
@@ -148,11 +152,16 @@ class Store:
                      attempt=attempt, harness=harness, status="pending", reward=None, reward_detail=None,
                      created_at=time.time(), started_at=None, ended_at=None, exit_code=None, error=None,
                      workspace=workspace, outcome=None)
-        write_transaction(self._conn(), lambda c: c.execute(
-            "INSERT INTO episodes (id, run_id, round_id, task_id, attempt, harness, key_sha256, status,"
-            " created_at, workspace) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (ep.id, run_id, round_id, task_id, attempt, harness, _key_hash(key), ep.status, ep.created_at,
-             workspace)))
+        try:
+            write_transaction(self._conn(), lambda c: c.execute(
+                "INSERT INTO episodes (id, run_id, round_id, task_id, attempt, harness, key_sha256, status,"
+                " created_at, workspace) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (ep.id, run_id, round_id, task_id, attempt, harness, _key_hash(key), ep.status, ep.created_at,
+                 workspace)))
+        except sqlite3.IntegrityError as exc:
+            if "UNIQUE" in str(exc):
+                raise EpisodeExistsError(f"episode {ep.id!r} already exists in {self.path}") from exc
+            raise LookupError(f"episode {ep.id!r} names a run or round that does not exist") from exc
         return ep
 
     def check_episode_key(self, episode_id: str, key: str) -> bool:
