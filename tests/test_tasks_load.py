@@ -213,3 +213,21 @@ def test_json_report_shape(tmp_path: Path) -> None:
     assert data["problems"][0] == {"line": 2, "field": "prompt", "message": "missing (required)"}
     assert data["summary"]["kinds"] == {"own": 1} and data["summary"]["reward_kinds"] == {"command": 1}
     json.dumps(data)
+
+
+def test_repeated_key_in_one_line(tmp_path: Path) -> None:
+    f = write_lines(tmp_path / "t.jsonl", '{"id": "a", "prompt": "p", "reward": "true", "prompt": "q"}')
+    the_problem(f, 1, "prompt", "appears more than once")
+
+
+def test_hidden_files_inside_the_repo_would_leak(tmp_path: Path) -> None:
+    (tmp_path / "repo" / "hidden").mkdir(parents=True)
+    f = write_lines(tmp_path / "t.jsonl", {**GOOD, "repo": "repo", "hidden_files": "repo/hidden"})
+    the_problem(f, 1, "hidden_files", "is inside the repo")
+
+
+def test_task_file_inside_the_repo_warns(tmp_path: Path) -> None:
+    f = write_lines(tmp_path / "t.jsonl", {**GOOD, "repo": "."})
+    report = check_task_file(f)
+    assert report.ok and "agent can read every prompt" in str(report.warnings[0])
+    assert str(report.warnings[0]).startswith(f"{f}:1: field 'repo': ")

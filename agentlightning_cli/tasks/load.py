@@ -124,26 +124,43 @@ def _json_lines(path: Path, report: TaskSetReport):
         offset += len(chunk) + 1
         chunk = chunk[:-1] if chunk.endswith(b"\r") else chunk  # CRLF files are fine
         if lineno > 1 and chunk.startswith(codecs.BOM_UTF8):
-            report.warnings.append(Problem(name, lineno, None, "line starts with a UTF-8 BOM (files concatenated?); ignored"))
+            msg = "line starts with a UTF-8 BOM (files concatenated?); ignored"
+            report.warnings.append(Problem(name, lineno, None, msg))
             chunk, start = chunk[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
         try:
             text = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
             bad = chunk[exc.start]
-            msg = f"not valid UTF-8: byte 0x{bad:02x} at byte offset {start + exc.start} of the file (column {exc.start + 1})"
+            msg = (
+                f"not valid UTF-8: byte 0x{bad:02x} at byte offset {start + exc.start} of the file"
+                f" (column {exc.start + 1})"
+            )
             report.problems.append(Problem(name, lineno, None, msg))
             continue
         if not text.strip():
             continue
+        repeated: list[str] = []
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=lambda pairs: _no_repeats(pairs, repeated))
         except json.JSONDecodeError as exc:
             report.problems.append(Problem(name, lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})"))
             continue
+        for key in dict.fromkeys(repeated):
+            # json.loads would silently keep the last value; a repeated key is almost always an editing mistake.
+            report.problems.append(Problem(name, lineno, key, "appears more than once in the same object"))
         if not isinstance(obj, dict):
             report.problems.append(Problem(name, lineno, None, f"expected a JSON object, got {json_type(obj)}"))
             continue
         yield lineno, obj
+
+
+def _no_repeats(pairs: list[tuple[str, Any]], repeated: list[str]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            repeated.append(key)
+        seen[key] = value
+    return seen
 
 
 def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, report: TaskSetReport) -> Task | None:
@@ -159,7 +176,8 @@ def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, r
     base = path.parent
     if isinstance(line, SwebenchLine):
         if not line.FAIL_TO_PASS and not line.PASS_TO_PASS:
-            problems.append(Problem(name, lineno, "FAIL_TO_PASS", "FAIL_TO_PASS and PASS_TO_PASS are both empty: no reward"))
+            msg = "FAIL_TO_PASS and PASS_TO_PASS are both empty: no reward"
+            problems.append(Problem(name, lineno, "FAIL_TO_PASS", msg))
         try:
             repo, repo_kind = resolve_repo(line.repo, mirror)
         except ValueError as exc:
@@ -176,12 +194,18 @@ def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, r
         )
     else:
         repo, repo_kind = _resolve_own_repo(line, base, name, lineno, problems)
+        if repo_kind == "dir" and path.is_relative_to(repo or "/nonexistent"):
+            msg = f"the task file is inside the repo {repo}: the agent can read every prompt and reward command"
+            report.warnings.append(Problem(name, lineno, "repo", msg))
         hidden = None
         if line.hidden_files is not None:
             hidden = (base / Path(line.hidden_files).expanduser()).resolve()
             if not hidden.is_dir():
                 what = "is not a folder" if hidden.exists() else "does not exist"
                 problems.append(Problem(name, lineno, "hidden_files", f"{what}: {hidden}"))
+            elif repo_kind in ("dir", "git-dir") and hidden.is_relative_to(repo or "/nonexistent"):
+                msg = f"{hidden} is inside the repo {repo}, so the agent would see it; move it out of the repo"
+                problems.append(Problem(name, lineno, "hidden_files", msg))
         fields = dict(
             id=line.id, prompt=line.prompt, base_commit=line.base_commit, reward=line.reward,
             hidden_files=hidden, kind="own",
@@ -195,7 +219,9 @@ def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, r
     )  # fmt: skip
 
 
-def _resolve_own_repo(line: OwnLine, base: Path, name: str, lineno: int, problems: list[Problem]) -> tuple[str | None, RepoKind]:
+def _resolve_own_repo(
+    line: OwnLine, base: Path, name: str, lineno: int, problems: list[Problem]
+) -> tuple[str | None, RepoKind]:
     if line.repo is None:
         if line.base_commit is not None:
             problems.append(Problem(name, lineno, "base_commit", "given without a repo"))
@@ -205,7 +231,8 @@ def _resolve_own_repo(line: OwnLine, base: Path, name: str, lineno: int, problem
     repo = (base / Path(line.repo).expanduser()).resolve()
     if not repo.is_dir():
         what = "is not a folder" if repo.exists() else "does not exist"
-        problems.append(Problem(name, lineno, "repo", f"repo path {what}: {repo} (paths are relative to the task file)"))
+        msg = f"repo path {what}: {repo} (paths are relative to the task file)"
+        problems.append(Problem(name, lineno, "repo", msg))
         return None, "none"
     if is_git_repo_dir(repo):
         return str(repo), "git-dir"

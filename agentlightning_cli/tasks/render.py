@@ -14,7 +14,8 @@ def print_report(report: TaskSetReport) -> None:
         sys.stderr.write(f"error: {p}\n")
     s = report.summary()
     fmt = lambda counts: ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"  # noqa: E731
-    status = "ok" if report.ok else f"INVALID ({len(report.problems)} problem{'s' if len(report.problems) != 1 else ''})"
+    n = len(report.problems)
+    status = "ok" if report.ok else f"INVALID ({n} problem{'s' if n != 1 else ''})"
     lines = [
         f"{report.file}: {status}",
         f"  tasks:        {len(report.tasks)}" + ("" if report.ok else " valid"),

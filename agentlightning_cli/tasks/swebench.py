@@ -32,7 +32,8 @@ def is_git_repo_dir(path: Path) -> bool:
 
 def mirror_candidates(mirror: Path, github_repo: str) -> list[Path]:
     owner, name = github_repo.split("/", 1)
-    return [mirror / f"{owner}__{name}", mirror / f"{owner}__{name}.git", mirror / owner / name, mirror / owner / f"{name}.git"]
+    flat = f"{owner}__{name}"
+    return [mirror / flat, mirror / f"{flat}.git", mirror / owner / name, mirror / owner / f"{name}.git"]
 
 
 def resolve_repo(repo: str, mirror: Path | None) -> tuple[str, RepoKind]:

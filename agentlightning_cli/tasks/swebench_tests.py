@@ -75,7 +75,9 @@ def run(tests: dict[str, list[str]], workspace: Path) -> dict:
             "TASK_PYTEST_OUTCOMES": str(out_file),
         }
         if files:
-            cmd = [pick_test_python(workspace), "-m", "pytest", "-p", "alight_outcomes", "-p", "no:cacheprovider", "-rA", "--rootdir", str(workspace), *files]
+            # --rootdir: SWE-bench ids are relative to the repository root, whatever pytest would infer.
+            cmd = [pick_test_python(workspace), "-m", "pytest", "-p", "alight_outcomes", "-p", "no:cacheprovider"]
+            cmd += ["-rA", "--rootdir", str(workspace), *files]
             sys.stdout.flush()
             exit_code = subprocess.run(cmd, cwd=workspace, env=env, stdin=subprocess.DEVNULL).returncode
             if out_file.exists():

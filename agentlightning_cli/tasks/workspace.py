@@ -21,7 +21,9 @@ GIT_IDENTITY = ["-c", "user.name=alight", "-c", "user.email=alight@localhost", "
 FETCH_TIMEOUT_S = 1800.0
 
 
-def prepare_workspace(task: Task, dest: Path, *, setup_timeout_s: float = 900.0, fetch_timeout_s: float = FETCH_TIMEOUT_S) -> Path:
+def prepare_workspace(
+    task: Task, dest: Path, *, setup_timeout_s: float = 900.0, fetch_timeout_s: float = FETCH_TIMEOUT_S
+) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
     Each setup command runs as `bash -c` in the workspace with its own limit (setup_timeout_s); the first
@@ -80,7 +82,9 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False, encoding="utf-8") as f:
         f.write(task.swebench.test_patch)
     try:
-        proc = subprocess.run(["git", "apply", "--whitespace=nowarn", f.name], cwd=workspace, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", f.name], cwd=workspace, capture_output=True, text=True
+        )
     finally:
         Path(f.name).unlink(missing_ok=True)
     if proc.returncode != 0:
@@ -93,7 +97,9 @@ def _fetch_base(task: Task, dest: Path, timeout_s: float) -> None:
     if task.repo_kind == "git-dir":
         # Resolve short hashes and branch names here; fetching by an abbreviated hash is not possible.
         proc = subprocess.run(
-            ["git", "-C", source, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True
+            ["git", "-C", source, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise AlightError(f"task {task.id} ({task.where}): commit {ref!r} not found in {source}")
@@ -110,7 +116,8 @@ def _fetch_base(task: Task, dest: Path, timeout_s: float) -> None:
         hint = "check the URL and the network" + (
             "; for SWE-bench use a local mirror (--swebench-mirror DIR)" if task.kind == "swebench" else ""
         )
-        raise AlightError(f"task {task.id} ({task.where}): cannot fetch {ref} from {source}: {proc.stderr.strip()[-800:]}", hint)
+        why = proc.stderr.strip()[-800:]
+        raise AlightError(f"task {task.id} ({task.where}): cannot fetch {ref} from {source}: {why}", hint)
     _git(task, dest, "checkout", "-q", "-B", "main", "FETCH_HEAD")
 
 
