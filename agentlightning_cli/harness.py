@@ -71,11 +71,28 @@ CallCounter = Callable[[str], "tuple[int, float | None]"]
 """episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
 
 
-def store_call_counter(store: Any) -> CallCounter:
-    def count(episode_id: str) -> tuple[int, float | None]:
+def store_call_counter(store: Any, settle_s: float = 0.3, max_wait_s: float = 5.0) -> CallCounter:
+    """Counts the episode's recorded LLM calls once the count has settled.
+
+    A streamed call is recorded when its stream ends, which can be just after the harness has read the last
+    byte and exited; so the count is re-read until it stays the same for `settle_s`.
+    """
+
+    def read(episode_id: str) -> tuple[int, float | None]:
         # The proxy may record non-LLM requests (e.g. Claude Code's HEAD preflight) as protocol "other".
         calls = [c for c in store.get_calls(episode_id) if c.protocol != "other"]
         return len(calls), min((c.started_at for c in calls), default=None)
+
+    def count(episode_id: str) -> tuple[int, float | None]:
+        deadline = time.monotonic() + max_wait_s
+        last = read(episode_id)
+        while time.monotonic() < deadline:
+            time.sleep(settle_s)
+            now = read(episode_id)
+            if now == last:
+                break
+            last = now
+        return last
 
     return count
 

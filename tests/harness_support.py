@@ -1,0 +1,37 @@
+"""Helpers shared by the real-harness tests: the shared install cache and leftover-process checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agentlightning_cli import recipes
+from agentlightning_cli.harnesses.install import Installed, install
+
+HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex"]
+
+
+def harness_home() -> Path:
+    """One install cache for every test run (CI pre-installs into it): HARNESS_TEST_HOME or ~/.cache."""
+    return Path(os.environ.get("HARNESS_TEST_HOME") or Path.home() / ".cache" / "alight-test-home")
+
+
+def installed(name: str) -> tuple[recipes.Recipe, Installed]:
+    """The recipe and its install; installs once (idempotent, file-locked) when the cache lacks it."""
+    recipe = recipes.load(name)
+    return recipe, install(recipe, harness_home(), log=lambda line: None)
+
+
+def processes_matching(text: str) -> list[int]:
+    """PIDs whose command line contains `text` (a marker unique to one test)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found

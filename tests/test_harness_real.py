@@ -1,0 +1,70 @@
+"""Each of the four REAL harnesses, unmodified, through the real proxy and store against the scripted upstream.
+
+The scripted model drives one shell tool call that writes out.txt, then the harness's own way of finishing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness_support import HARNESSES, installed
+
+from agentlightning_cli.harnesses.check import SmokeEnvironment
+from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+
+pytestmark = pytest.mark.harness
+PROMPT = f"Create {OUT_FILE} containing: {OUT_TEXT}"
+
+
+@pytest.mark.parametrize("name", HARNESSES)
+async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Path) -> None:
+    recipe, inst = installed(name)
+    async with SmokeEnvironment(tmp_path / "run", tool_then_finish(name)) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=240)
+        other = env.new_episode(recipe, tmp_path / "idle-ws", PROMPT)  # registered, never run
+        outcome = await env.run(recipe, inst, spec)
+        calls = env.store.get_calls(spec.episode_id)
+        assert env.store.get_calls(other.episode_id) == []
+    assert outcome.status == "finished", (outcome.reason, Path(outcome.stderr_path).read_text()[-2000:])
+    assert outcome.exit_code == 0 and outcome.calls == len(calls) >= 2
+    assert (spec.workspace / OUT_FILE).read_text() == OUT_TEXT + "\n"
+    assert [c.seq for c in calls] == list(range(len(calls)))
+    for call in calls:
+        assert call.episode_id == spec.episode_id
+        assert call.protocol == recipe.protocol and call.status == "ok"
+        assert call.prompt_token_ids and call.completion_token_ids
+        assert call.completion_logprobs and len(call.completion_logprobs) == len(call.completion_token_ids)
+    # The second call carries the tool's result: the harness really ran the command and reported back.
+    assert calls[-1].prompt_token_ids[: len(calls[0].prompt_token_ids)] != [] and len(calls[-1].prompt_token_ids) > len(calls[0].prompt_token_ids)
+    # Logs land in the run's log folder; the key never appears in the harness's argv-visible output.
+    assert Path(outcome.stdout_path) == tmp_path / "run" / "logs" / "episodes" / f"{spec.episode_id}.stdout"
+    assert outcome.first_call_s is not None and 0 <= outcome.first_call_s <= outcome.wall_s
+
+
+@pytest.mark.parametrize("name", ["openhands", "claude-code"])
+async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: str, tmp_path: Path) -> None:
+    recipe, inst = installed(name)
+    bad = lambda body: {"error": {"status": 400, "message": "scripted bad request"}}  # noqa: E731
+    async with SmokeEnvironment(tmp_path / "run", bad) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=240)
+        outcome = await env.run(recipe, inst, spec)
+        calls = env.store.get_calls(spec.episode_id)
+    assert outcome.status == "harness_error", outcome
+    assert calls and all(c.http_status == 400 for c in calls)
+    if name == "openhands":
+        assert outcome.exit_code == 0  # the trap: only the event stream tells
+        assert "ConversationErrorEvent" not in outcome.reason and "LLMBadRequestError" in outcome.reason
+    else:
+        assert "400" in outcome.reason
+
+
+async def test_turn_limit_is_reported_as_finished_at_the_limit(tmp_path: Path) -> None:
+    from agentlightning_cli.testing.harness_scripts import endless
+
+    recipe, inst = installed("claude-code")
+    async with SmokeEnvironment(tmp_path / "run", endless("claude-code")) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=120, max_turns=3)
+        outcome = await env.run(recipe, inst, spec)
+    assert outcome.status == "finished" and outcome.turn_limit_reached, outcome
+    assert outcome.calls == 3

@@ -1,0 +1,148 @@
+"""Recipe loading and validation: shipped recipes, user recipe files, and the errors a typo produces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentlightning_cli import recipes
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.harness import EpisodeSpec, episode_context
+from agentlightning_cli.harnesses.install import layout, satisfies
+from agentlightning_cli.harnesses.outcome import judge, read_records
+
+SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
+           "claude-code": "anthropic-messages", "codex": "openai-responses"}
+
+
+def test_all_four_shipped_recipes_load_with_their_protocols() -> None:
+    found = recipes.available()
+    assert set(SHIPPED) <= set(found)
+    for name, protocol in SHIPPED.items():
+        recipe = recipes.load(name)
+        assert recipe.protocol == protocol
+        assert recipe.source.endswith(f"{name}.yaml")
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "my-recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _base() -> dict:
+    return yaml.safe_load(Path(recipes.available()["codex"]).read_text())
+
+
+def test_recipe_by_path_works(tmp_path: Path) -> None:
+    data = _base()
+    data["name"] = "my-codex"
+    recipe = recipes.load(str(_write(tmp_path, data)))
+    assert recipe.name == "my-codex"
+
+
+def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
+    data = _base()
+    data["outcome"]["erors"] = []
+    path = _write(tmp_path, data)
+    with pytest.raises(AlightError, match=r"my-recipe.yaml: unknown key 'outcome.erors'"):
+        recipes.load(str(path))
+
+
+def test_missing_command_names_file_and_key(tmp_path: Path) -> None:
+    data = _base()
+    del data["command"]
+    with pytest.raises(AlightError, match=r"my-recipe.yaml: missing key 'command'"):
+        recipes.load(str(_write(tmp_path, data)))
+
+
+def test_unknown_template_variable_names_file_and_key(tmp_path: Path) -> None:
+    data = _base()
+    data["env"]["EPISODE_API_KEY"] = "{{ api_kee }}"
+    with pytest.raises(AlightError, match=r"my-recipe.yaml: key 'env.EPISODE_API_KEY': 'api_kee' is undefined"):
+        recipes.load(str(_write(tmp_path, data)))
+
+
+def test_unknown_variable_inside_a_file_template_is_caught(tmp_path: Path) -> None:
+    data = _base()
+    data["files"]["home/.codex/config.toml"] += "x = {{ base_ulr }}\n"
+    with pytest.raises(AlightError, match=r"key 'files\['home/.codex/config.toml'\]'.*base_ulr"):
+        recipes.load(str(_write(tmp_path, data)))
+
+
+def test_unknown_name_lists_available_and_paths_tried() -> None:
+    with pytest.raises(AlightError) as err:
+        recipes.load("no-such-harness")
+    assert "harness_recipes/no-such-harness.yaml" in err.value.message
+    assert "mini-swe-agent" in (err.value.hint or "")
+
+
+def test_missing_recipe_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(AlightError, match="recipe file not found"):
+        recipes.load(str(tmp_path / "nope.yaml"))
+
+
+def _ctx(name: str, tmp_path: Path) -> tuple[recipes.Recipe, dict]:
+    recipe = recipes.load(name)
+    spec = EpisodeSpec("ep-1", "do it", tmp_path / "ws", "http://127.0.0.1:9/e/ep-1/v1", "k-1", tmp_path)
+    return recipe, episode_context(recipe, layout(recipe, tmp_path), spec, tmp_path / "ep", tmp_path / "t")
+
+
+def test_rendered_codex_config_is_valid_toml_pointing_at_the_proxy(tmp_path: Path) -> None:
+    import tomllib
+
+    recipe, ctx = _ctx("codex", tmp_path)
+    config = tomllib.loads(recipe.render(recipe.files["home/.codex/config.toml"], ctx))
+    provider = config["model_providers"][config["model_provider"]]
+    assert provider["base_url"] == "http://127.0.0.1:9/e/ep-1/v1"
+    assert provider["wire_api"] == "responses"
+    assert not provider["env_key"].startswith("ALIGHT_")
+    assert recipe.render(recipe.env[provider["env_key"]], ctx) == "k-1"
+    assert config["features"] == {"plugins": False, "apps": False, "goals": False}
+    assert config["web_search"] == "disabled" and config["analytics"]["enabled"] is False
+
+
+def test_rendered_mini_and_openhands_files_parse(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("mini-swe-agent", tmp_path)
+    mini = yaml.safe_load(recipe.render(recipe.files["alight-mini.yaml"], ctx))
+    assert mini["model"]["model_kwargs"]["api_base"] == ctx["base_url"]
+    assert mini["agent"]["step_limit"] == recipe.max_turns
+    recipe, ctx = _ctx("openhands", tmp_path)
+    settings = json.loads(recipe.render(recipe.files["home/.openhands/agent_settings.json"], ctx))
+    assert settings["llm"]["base_url"] == ctx["base_url"] and settings["llm"]["num_retries"] == 1
+
+
+def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("claude-code", tmp_path)
+    records = read_records(recipe.outcome, 'noise\n{"type":"result","is_error":true,"subtype":"success","api_error_status":400,"result":"API Error: 400"}\n')
+    assert judge(recipe, ctx, records) == ("claude-code reported an error (success, API status 400): API Error: 400", False)
+    assert judge(recipe, ctx, [{"type": "result", "subtype": "error_max_turns", "is_error": True}]) == (None, True)
+    recipe, ctx = _ctx("openhands", tmp_path)
+    text = 'banner\n{"kind":"MessageEvent"}\n{"kind":"ConversationErrorEvent","code":"LLMBadRequestError","detail":"bad"}\n'
+    assert judge(recipe, ctx, read_records(recipe.outcome, text))[0] == "openhands conversation error LLMBadRequestError: bad"
+    recipe, ctx = _ctx("codex", tmp_path)
+    assert judge(recipe, ctx, [{"type": "turn.started"}])[0] == "codex reported no completed turn"
+    assert judge(recipe, ctx, [{"type": "turn.failed", "error": {"message": "boom"}}])[0] == "codex turn failed: boom"
+    recipe, ctx = _ctx("mini-swe-agent", tmp_path)
+    assert judge(recipe, ctx, [{"info": {"exit_status": "Submitted"}}]) == (None, False)
+    assert judge(recipe, ctx, [{"info": {"exit_status": "LimitsExceeded"}}]) == (None, True)
+    err = judge(recipe, ctx, [{"info": {"exit_status": "APIError"}, "messages": [{"extra": {"exception_str": "boom"}}]}])[0]
+    assert "'APIError'" in err and "boom" in err
+    assert "wrote no report" in judge(recipe, ctx, [])[0]
+
+
+def test_version_requirements() -> None:
+    assert satisfies("3.12.1", ">=3.12") and not satisfies("3.11.7", ">=3.12")
+    assert satisfies("v20.20.2", ">=18") and not satisfies("v16.0.0", ">=18")
+    with pytest.raises(AlightError):
+        satisfies("3.12", "~=3.12")
+
+
+def test_packaged_recipes_match_the_checkout() -> None:
+    # The wheel force-includes harness_recipes/ as agentlightning_cli/harness_recipes: lookup covers both.
+    dirs = recipes.builtin_dirs()
+    assert dirs[0].name == "harness_recipes" and dirs[0].parent.name == "agentlightning_cli"
+    assert (dirs[1] / "codex.yaml").is_file()
