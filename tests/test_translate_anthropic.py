@@ -135,6 +135,22 @@ def test_tool_results_come_before_user_text_errors_and_images():
         "messages.2.content.2.content.1": {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}}
 
 
+def test_system_message_between_tool_calls_and_results_waits_for_the_results():
+    body = {"model": MODEL, "max_tokens": 100, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+        {"role": "system", "content": "mind the budget"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                                     {"type": "text", "text": "continue"}]}]}
+    chat, _ = translate.request_to_chat(body)
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "user"]
+    assert chat["messages"][3]["content"] == "<system-reminder>\nmind the budget\n</system-reminder>\ncontinue"
+    ends_with_results = dict(body, messages=body["messages"][:3] + [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}])
+    chat, _ = translate.request_to_chat(ends_with_results)
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "user"]
+
+
 @pytest.mark.parametrize("choice, mapped", [
     ({"type": "auto"}, "auto"), ({"type": "any"}, "required"), ({"type": "none"}, "none"),
     ({"type": "tool", "name": "Bash"}, {"type": "function", "function": {"name": "Bash"}})])

@@ -11,6 +11,9 @@ Placement of system text is the one decision every chat template cares about:
   never emits one. Appending to the *preceding* message (rather than prepending to the next) keeps every
   call's prompt a prefix of the next call's, which exact token-prefix merging of training rows relies on.
   The tag is the convention Claude Code itself uses for such reminders with first-party model names.
+  Right after an assistant's tool calls (or among their results) the reminder waits until the tool results
+  are in, because chat requires the `tool` messages to follow the calls directly; it then opens the next
+  user message (or becomes one).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ def as_reminder(text: str) -> str:
 class ChatMessages:
     """Accumulates chat messages; `parts_joiner` joins the text parts of one message."""
 
-    __slots__ = ("messages", "_system", "_started", "_joiner")
+    __slots__ = ("messages", "_system", "_pending", "_started", "_joiner")
 
     def __init__(self, parts_joiner: str = "\n") -> None:
         self.messages: list[dict] = []
         self._system: list[str] = []
+        self._pending: list[str] = []  # reminders waiting for tool results to end
         self._started = False
         self._joiner = parts_joiner
 
@@ -44,7 +48,9 @@ class ChatMessages:
             return
         reminder = as_reminder(text)
         last = self.messages[-1] if self.messages else None
-        if last is not None and last["role"] == "user" and isinstance(last.get("content"), str):
+        if last is not None and (last["role"] == "tool" or last.get("tool_calls")):
+            self._pending.append(reminder)
+        elif last is not None and last["role"] == "user" and isinstance(last.get("content"), str):
             last["content"] = f"{last['content']}{self._joiner}{reminder}"
         else:
             self.messages.append({"role": "user", "content": reminder})
@@ -52,6 +58,12 @@ class ChatMessages:
     def add(self, message: dict) -> dict:
         if not self._started:
             self._start()
+        if self._pending and message["role"] != "tool":
+            reminders, self._pending = self._joiner.join(self._pending), []
+            if message["role"] == "user" and isinstance(message.get("content"), str):
+                message["content"] = f"{reminders}{self._joiner}{message['content']}"
+            else:
+                self.messages.append({"role": "user", "content": reminders})
         self.messages.append(message)
         return message
 
@@ -69,6 +81,9 @@ class ChatMessages:
     def result(self) -> list[dict]:
         if not self._started:
             self._start()
+        if self._pending:
+            self.messages.append({"role": "user", "content": self._joiner.join(self._pending)})
+            self._pending = []
         return self.messages
 
     def _start(self) -> None:

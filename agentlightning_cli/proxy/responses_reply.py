@@ -45,7 +45,7 @@ def usage(chat_usage: dict | None, generated: int = 0, prompt_len: int = 0) -> d
     output_tokens = chat_usage.get("completion_tokens") or generated
     cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     reasoning = (chat_usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached},
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
             "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": input_tokens + output_tokens}
 
