@@ -144,3 +144,15 @@ def test_cache_catches_up_when_another_store_wrote_in_between(tmp_path: Path):
     assert stored(tmp_path, "prompt_base_seq") == [None, *range(7)]
     assert stored(tmp_path, "client_request_base_seq") == [None, *range(7)]
     assert stored(tmp_path, "LENGTH(prompt_tail)")[1:] == [9 * 4] * 7
+
+
+def test_common_prefix_matches_a_token_by_token_scan():
+    from agentlightning_cli.store.codec import common_prefix_len, pack_ids
+
+    rng = random.Random(6)
+    for _ in range(300):
+        a = ids(rng, rng.choice([0, 1, 5, 4095, 4096, 4097, 9000]))
+        cut = rng.randrange(len(a) + 1)
+        b = a[:cut] + ids(rng, rng.randrange(3)) + a[cut:][: rng.randrange(len(a) + 1)]
+        expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        assert common_prefix_len(pack_ids(a), pack_ids(b)) == 4 * expected

@@ -57,17 +57,20 @@ def unpack_floats(data: bytes) -> list[float]:
 def common_prefix_len(a: bytes, b: bytes, unit: int = 4) -> int:
     """Length in bytes (a multiple of `unit`) of the longest common prefix of two packed id arrays.
 
-    Binary search over slice equality: each comparison runs in C, so this is O(n log n) byte compares
-    instead of a Python loop over tens of thousands of tokens.
+    Compares 16 KiB chunks (each a C memcmp), then bisects inside the first chunk that differs: a few
+    hundred microseconds for a 100k-token prompt instead of a Python loop over every token.
     """
-    n = min(len(a), len(b)) // unit
-    if a[: n * unit] == b[: n * unit]:
-        return n * unit
-    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] != b[:hi]
-    ma, mb = memoryview(a), memoryview(b)
+    n = min(len(a), len(b)) // unit * unit
+    if a[:n] == b[:n]:
+        return n
+    chunk = 16384
+    start = 0
+    while a[start : start + chunk] == b[start : start + chunk]:
+        start += chunk
+    lo, hi = start // unit, min(start + chunk, n) // unit  # a[:lo] == b[:lo]; they differ before hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if ma[: mid * unit] == mb[: mid * unit]:
+        if a[start : mid * unit] == b[start : mid * unit]:
             lo = mid
         else:
             hi = mid
