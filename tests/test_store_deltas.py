@@ -156,3 +156,26 @@ def test_common_prefix_matches_a_token_by_token_scan():
         b = a[:cut] + ids(rng, rng.randrange(3)) + a[cut:][: rng.randrange(len(a) + 1)]
         expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         assert common_prefix_len(pack_ids(a), pack_ids(b)) == 4 * expected
+
+
+def test_evicted_episodes_are_re_read_and_still_delta_encoded(store: Store, tmp_path: Path, monkeypatch):
+    from agentlightning_cli.store import episode_cache
+
+    monkeypatch.setattr(episode_cache, "MAX_EPISODES", 1)  # every write to the other episode evicts this one
+    rng = random.Random(7)
+    episodes = [store.create_episode(None, None, None, n, None, "k").id for n in range(2)]
+    convo = {ep: (ids(rng, 50), b'{"m":["' + bytes(rng.randbytes(3000).hex(), "ascii")) for ep in episodes}
+    expected = {ep: [] for ep in episodes}
+    for _ in range(5):
+        for ep in episodes:
+            prompt, body = convo[ep]
+            completion = ids(rng, 5)
+            store.add_call(record(ep, prompt, completion, body=body + b'"]}'))
+            expected[ep].append((prompt, completion, body + b'"]}'))
+            convo[ep] = (prompt + completion + ids(rng, 3), body + b'","' + rng.randbytes(40).hex().encode())
+    for ep in episodes:
+        got = [(c.prompt_token_ids, c.completion_token_ids, c.client_request) for c in store.get_calls(ep)]
+        assert got == expected[ep]
+    assert stored(tmp_path, "prompt_base_seq") == [None, 0, 1, 2, 3] * 2
+    assert stored(tmp_path, "client_request_base_seq") == [None, 0, 1, 2, 3] * 2
+    assert max(stored(tmp_path, "LENGTH(client_request)")[1:5]) < 400

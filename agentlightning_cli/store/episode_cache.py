@@ -22,7 +22,10 @@ from agentlightning_cli.store.calls import (
 )
 
 RECENT_CALLS = 4  # prompt-prefix candidates: the previous call first, then a few older ones (branches)
-MAX_EPISODES = 64  # bounds memory: each entry holds a few prompts and the latest request bodies
+# Bounds memory: an entry holds a few packed prompts and the latest request bodies (MBs for long agent
+# conversations). Evicting only costs one read of the episode's newest calls on its next write.
+MAX_EPISODES = 256
+MAX_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -31,6 +34,10 @@ class EpisodeState:
     last_id: str | None = None
     recent_ids: list[tuple[int, bytes]] = field(default_factory=list)  # newest first
     bodies: dict[str, BodyBase] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(ids) for _, ids in self.recent_ids) + sum(len(b.raw) for b in self.bodies.values())
 
 
 class EpisodeCache:
@@ -77,8 +84,10 @@ class EpisodeCache:
             self._evict()
 
     def _evict(self) -> None:
-        while len(self._states) > MAX_EPISODES:
-            self._states.popitem(last=False)
+        total = sum(state.nbytes for state in self._states.values())
+        while len(self._states) > 1 and (len(self._states) > MAX_EPISODES or total > MAX_BYTES):
+            _, evicted = self._states.popitem(last=False)
+            total -= evicted.nbytes
 
 
 def _catch_up(conn: sqlite3.Connection, episode_id: str, state: EpisodeState | None) -> EpisodeState:
