@@ -50,7 +50,11 @@ def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0) -> 
             tests = {"FAIL_TO_PASS": task.swebench.fail_to_pass, "PASS_TO_PASS": task.swebench.pass_to_pass}
             tests_file.write_text(json.dumps(tests), encoding="utf-8")
             env["TASK_TESTS_FILE"] = str(tests_file)
-        result = run_shell(task.reward, workspace, timeout_s, env=env)
+        try:
+            result = run_shell(task.reward, workspace, timeout_s, env=env)
+        except OSError as exc:  # a missing workspace or bash: a scoring failure, not a crash of the round
+            error = f"reward command could not start in {workspace}: {exc}"
+            return RewardResult(0.0, {"error": error}, error=error)
     return score(result, timeout_s)
 
 

@@ -92,3 +92,8 @@ def test_background_leftovers_die_with_a_finished_command(tmp_path: Path) -> Non
     result = run(tmp_path, f"(sleep 60 >/dev/null 2>&1 &  echo $! > {pid_file}); true")
     assert result.reward == 1.0
     assert not alive(int(pid_file.read_text()))
+
+
+def test_missing_workspace_is_an_error_result(tmp_path: Path) -> None:
+    result = run_reward(task_with(tmp_path, "true"), tmp_path / "gone", timeout_s=5)
+    assert result.reward == 0.0 and "could not start" in result.error and str(tmp_path / "gone") in result.error

@@ -165,3 +165,12 @@ def test_unreachable_url_is_a_clear_error(tmp_path: Path, mirror: tuple[Path, di
         prepare_workspace(task, tmp_path / "ws")
     assert "acme__calc-42" in info.value.message and "cannot fetch" in info.value.message
     assert "no-such-repo.git" in info.value.message and "--swebench-mirror" in (info.value.hint or "")
+
+
+def test_ids_that_are_not_pytest_node_ids_explain_themselves(tmp_path: Path) -> None:
+    from agentlightning_cli.tasks.swebench_tests import run
+
+    detail = run({"FAIL_TO_PASS": ["test_reverse (utils_tests.test_text.TestUtilsText)"], "PASS_TO_PASS": []}, tmp_path)
+    assert detail["reward"] == 0.0 and detail["pytest_exit_code"] is None
+    assert "not pytest node ids" in detail["error"] and "`reward` command" in detail["error"]
+    assert detail["fail_to_pass"]["failed"][0]["outcome"] == "not run"

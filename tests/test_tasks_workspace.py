@@ -61,6 +61,9 @@ def test_local_git_repo_at_base_commit(tmp_path: Path) -> None:
 
     head = prepare_workspace(one_task(tmp_path, repo="repo"), tmp_path / "ws-head")
     assert (head / "f.txt").read_text() == "two\n"
+    assert git(head, "rev-list", "--count", "HEAD") == "2"
+    shallow = prepare_workspace(one_task(tmp_path, repo="repo"), tmp_path / "ws-shallow", fetch_depth=1)
+    assert git(shallow, "rev-list", "--count", "HEAD") == "1" and (shallow / "f.txt").read_text() == "two\n"
 
 
 def test_empty_workspace_without_repo(tmp_path: Path) -> None:

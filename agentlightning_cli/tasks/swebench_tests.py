@@ -83,6 +83,17 @@ def run(tests: dict[str, list[str]], workspace: Path) -> dict:
             if out_file.exists():
                 outcomes = json.loads(out_file.read_text())
     detail: dict = {"pytest_exit_code": exit_code}
+    errors = []
+    not_node_ids = [t for t in wanted if "::" not in t]
+    if not_node_ids:
+        errors.append(
+            f"{len(not_node_ids)} test id(s) are not pytest node ids (e.g. {not_node_ids[0]!r}; django/sympy style):"
+            " give this line a `reward` command that runs the project's own test runner"
+        )
+    if exit_code is not None and not out_file.exists():
+        errors.append(f"pytest did not run (exit {exit_code}); is pytest installed for {pick_test_python(workspace)}?")
+    if errors:
+        detail["error"] = "; ".join(errors)
     ok = True
     for group in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         ids = tests.get(group, [])

@@ -22,11 +22,17 @@ FETCH_TIMEOUT_S = 1800.0
 
 
 def prepare_workspace(
-    task: Task, dest: Path, *, setup_timeout_s: float = 900.0, fetch_timeout_s: float = FETCH_TIMEOUT_S
+    task: Task,
+    dest: Path,
+    *,
+    setup_timeout_s: float = 900.0,
+    fetch_timeout_s: float = FETCH_TIMEOUT_S,
+    fetch_depth: int | None = None,
 ) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
-    Each setup command runs as `bash -c` in the workspace with its own limit (setup_timeout_s); the first
+    fetch_depth limits the history fetched from a git source (None: all ancestors, as SWE-bench's images have;
+    1 is much faster for big repositories, at the price of `git log` in the workspace). Each setup command runs as `bash -c` in the workspace with its own limit (setup_timeout_s); the first
     failure raises AlightError naming the task, the command and the tail of its output.
     """
     dest = Path(dest).absolute()
@@ -43,7 +49,7 @@ def prepare_workspace(
         _git(task, dest, "add", "-A")
         _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
     else:
-        _fetch_base(task, dest, fetch_timeout_s)
+        _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
     for i, command in enumerate(task.setup, start=1):
         res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest))
         if res.timed_out or res.exit_code != 0:
@@ -91,7 +97,7 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
         raise AlightError(f"task {task.id}: test_patch does not apply in {workspace}: {proc.stderr.strip()[-1500:]}")
 
 
-def _fetch_base(task: Task, dest: Path, timeout_s: float) -> None:
+def _fetch_base(task: Task, dest: Path, timeout_s: float, depth: int | None) -> None:
     source = task.repo or ""
     ref = task.base_commit or "HEAD"
     if task.repo_kind == "git-dir":
@@ -106,7 +112,7 @@ def _fetch_base(task: Task, dest: Path, timeout_s: float) -> None:
         ref = proc.stdout.strip()
     try:
         proc = subprocess.run(
-            ["git", "fetch", "-q", "--no-tags", source, ref],
+            ["git", "fetch", "-q", "--no-tags", *([f"--depth={depth}"] if depth else []), source, ref],
             cwd=dest, capture_output=True, text=True, timeout=timeout_s,
             env=_git_env(),
         )  # fmt: skip
