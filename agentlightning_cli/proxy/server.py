@@ -109,7 +109,9 @@ class Proxy:
         self.gate.resume()
 
     async def drain(self) -> None:
+        """Wait until every forwarded request has answered and its record is in the store."""
         await self.gate.drain()
+        await asyncio.wrap_future(self.recorder.call(lambda: None))  # the writer queue is FIFO
 
     def upstream_model(self, client_model: str | None) -> str:
         return resolve_model(client_model, self.settings.model_aliases, self.policy)
