@@ -105,7 +105,11 @@ def check_task_file(path: Path | str, swebench_mirror: Path | str | None = None)
 def _json_lines(path: Path, report: TaskSetReport):
     """Yield (line number, object) for each non-blank line that is a JSON object; report everything else."""
     name = str(path)
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        report.problems.append(Problem(name, None, None, f"cannot read the task file: {exc.strerror}"))
+        return
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         report.problems.append(Problem(name, 1, None, "file is UTF-16 (it starts with a UTF-16 BOM); save it as UTF-8"))
         return
