@@ -1,0 +1,57 @@
+"""`alight proxy` as a user runs it: a separate process, ad-hoc episodes, a banner, Ctrl-C stops it cleanly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+
+from agentlightning_cli.store import Store
+from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent))
+    port, store_dir = _free_port(), tmp_path / "store"
+    with FakeVLLM(FakeScript(turns=["hi from upstream"])) as fake:
+        proc = subprocess.Popen([alight, "proxy", "--upstream", fake.url, "--port", str(port), "--store",
+                                 str(store_dir)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            banner = []
+            while not any("Ctrl-C" in line for line in banner):
+                line = proc.stderr.readline()
+                assert line, f"proxy exited early: {''.join(banner)}"
+                banner.append(line)
+            text = "".join(banner)
+            assert f"http://127.0.0.1:{port}/e/<episode>/v1" in text and "ad-hoc" in text
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/e/demo-1/v1", api_key="s3cret", max_retries=0)
+            reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hey"}])
+            assert reply.choices[0].message.content == "hi from upstream"
+            intruder = openai.OpenAI(base_url=client.base_url, api_key="other", max_retries=0)
+            try:
+                intruder.chat.completions.create(model="base", messages=[{"role": "user", "content": "hey"}])
+                raise AssertionError("a second key was accepted")
+            except openai.AuthenticationError:
+                pass
+        finally:
+            proc.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            code = proc.wait(20)
+        assert code == 0 and time.monotonic() - started < 15
+    with Store.open(store_dir) as store:
+        [call] = store.get_calls("demo-1")
+        assert call.status == "ok" and call.model == "base"
+        assert json.loads(call.client_request)["messages"][0]["content"] == "hey"
