@@ -196,3 +196,20 @@ def test_episode_ids_are_unique_and_must_name_a_real_run(tmp_path: Path):
         with pytest.raises(LookupError):
             store.create_episode("run-missing", None, None, 0, None, "k")
         assert [e.id for e in store.list_episodes()] == ["ep-1"]
+
+
+def test_text_with_lone_surrogates_round_trips_and_never_fails_a_write(tmp_path: Path):
+    odd = "caf\udce9-\ud800"  # a non-UTF-8 byte via surrogateescape, and a JSON "\ud800" escape
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, odd, 0, None, odd, workspace="/w/" + odd)
+        assert store.check_episode_key(ep.id, odd) and not store.check_episode_key(ep.id, "caf")
+        store.update_episode(ep.id, error=odd, reward_detail={odd: odd})
+        got = store.get_episode(ep.id)
+        assert (got.task_id, got.workspace, got.error, got.reward_detail) == (odd, "/w/" + odd, odd, {odd: odd})
+        call = store.add_call(record(ep.id, path="/v1/" + odd, client_model=odd, error=odd,
+                                     client_headers={"x-h": odd}, usage={odd: 1}))
+        assert store.get_call(call.id) == call == store.get_calls(ep.id)[0]
+        assert store.get_episode(odd) is None and not store.check_episode_key(odd, "k")
+        assert store.get_calls(odd) == [] and store.get_call(odd) is None and store.get_run(odd) is None
+        with pytest.raises(LookupError):
+            store.add_call(record(odd))

@@ -55,11 +55,13 @@ def encode_call(
     `recent_ids` is [(seq, packed prompt + completion ids)], newest first. Returns the row, this call's
     packed prompt + completion ids, and its bodies as future bases (their seq filled in by the caller).
     """
-    row: dict[str, Any] = {name: getattr(record, name) for name in _SCALAR_FIELDS if name not in ("id", "seq")}
+    row: dict[str, Any] = {
+        name: codec.text_in(getattr(record, name)) for name in _SCALAR_FIELDS if name not in ("id", "seq")
+    }
     row["stream"] = int(bool(record.stream))
-    for name in _JSON_FIELDS:
+    for name in _JSON_FIELDS:  # ensure_ascii: lone surrogates become \u escapes and load back unchanged
         value = getattr(record, name)
-        row[name] = None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=False)
+        row[name] = None if value is None else json.dumps(value, ensure_ascii=True)
     row["client_headers"] = row["client_headers"] or "{}"
     full_ids = _encode_ids(record, recent_ids, row)
     new_bases: dict[str, BodyBase] = {}
@@ -169,7 +171,7 @@ def row_to_call(
     row: sqlite3.Row, prompt: bytes | None, bodies: dict[str, bytes | None]
 ) -> Call:
     """Build a Call from a full calls row plus its already-resolved prompt ids and delta bodies."""
-    values: dict[str, Any] = {name: row[name] for name in _SCALAR_FIELDS}
+    values: dict[str, Any] = {name: codec.text_out(row[name]) for name in _SCALAR_FIELDS}
     values["stream"] = bool(row["stream"])
     for name in _JSON_FIELDS:
         values[name] = None if row[name] is None else json.loads(row[name])

@@ -77,6 +77,23 @@ def common_prefix_len(a: bytes, b: bytes, unit: int = 4) -> int:
     return lo * unit
 
 
+def text_in(value: object) -> object:
+    """A str SQLite can store. Strings with lone surrogates (a non-UTF-8 path or header decoded with
+    surrogateescape, a JSON "\\ud800" escape) cannot be encoded as TEXT; they are stored as their
+    surrogatepass bytes instead, so one odd request can never make a write fail."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+    return value
+
+
+def text_out(value: object) -> object:
+    """Inverse of text_in for a TEXT column (only text_in ever puts bytes there)."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
 def compress(data: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=_LEVEL).compress(data)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.store import calls as call_rows
+from agentlightning_cli.store import codec
 from agentlightning_cli.store.connection import connect, write_transaction
 from agentlightning_cli.store.episode_cache import EpisodeCache
 from agentlightning_cli.store.ids import new_id
@@ -35,7 +36,7 @@ class EpisodeExistsError(ValueError):
 
 
 def _key_hash(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8")).digest()
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
 class Store:
@@ -119,7 +120,8 @@ class Store:
         self._update_one("runs", run_id, {"status": status})
 
     def get_run(self, name_or_id: str) -> Run | None:
-        row = self._conn().execute("SELECT * FROM runs WHERE id = ? OR name = ?", (name_or_id, name_or_id)).fetchone()
+        key = codec.text_in(name_or_id)  # an unencodable name matches nothing instead of raising
+        row = self._conn().execute("SELECT * FROM runs WHERE id = ? OR name = ?", (key, key)).fetchone()
         return None if row is None else _run(row)
 
     def list_runs(self) -> list[Run]:
@@ -156,8 +158,8 @@ class Store:
             write_transaction(self._conn(), lambda c: c.execute(
                 "INSERT INTO episodes (id, run_id, round_id, task_id, attempt, harness, key_sha256, status,"
                 " created_at, workspace) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (ep.id, run_id, round_id, task_id, attempt, harness, _key_hash(key), ep.status, ep.created_at,
-                 workspace)))
+                (ep.id, run_id, round_id, codec.text_in(task_id), attempt, harness, _key_hash(key), ep.status,
+                 ep.created_at, codec.text_in(workspace))))
         except sqlite3.IntegrityError as exc:
             if "UNIQUE" in str(exc):
                 raise EpisodeExistsError(f"episode {ep.id!r} already exists in {self.path}") from exc
@@ -165,11 +167,12 @@ class Store:
         return ep
 
     def check_episode_key(self, episode_id: str, key: str) -> bool:
-        row = self._conn().execute("SELECT key_sha256 FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        row = self._conn().execute(
+            "SELECT key_sha256 FROM episodes WHERE id = ?", (codec.text_in(episode_id),)).fetchone()
         return row is not None and hmac.compare_digest(row[0], _key_hash(key))
 
     def get_episode(self, episode_id: str) -> Episode | None:
-        row = self._conn().execute("SELECT * FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        row = self._conn().execute("SELECT * FROM episodes WHERE id = ?", (codec.text_in(episode_id),)).fetchone()
         return None if row is None else _episode(row)
 
     def list_episodes(self, run_id: str | None = None, round_id: str | None = None) -> list[Episode]:
@@ -192,14 +195,17 @@ class Store:
         if not fields:
             return
         sets = ", ".join(f"{name} = ?" for name in fields)
+        values = [codec.text_in(v) for v in fields.values()]
         cur = write_transaction(self._conn(), lambda c: c.execute(
-            f"UPDATE {table} SET {sets} WHERE id = ?", (*fields.values(), row_id)))
+            f"UPDATE {table} SET {sets} WHERE id = ?", (*values, row_id)))
         if cur.rowcount != 1:
             raise LookupError(f"no row {row_id!r} in {table}")
 
     # calls -------------------------------------------------------------------------------------------
     def add_call(self, record: CallRecord) -> Call:
         """Store one call; its seq is the episode's next (0, 1, 2, ...) even with concurrent writers."""
+        if not isinstance(codec.text_in(record.episode_id), str):
+            raise LookupError(f"no episode {record.episode_id!r}: create it before storing its calls")
         conn = self._conn()
         state = self._cache.current(conn, record.episode_id)
         row, ids, bodies = call_rows.encode_call(record, state.recent_ids, state.bodies, self.keyframes)
@@ -226,6 +232,7 @@ class Store:
     def get_calls(self, episode_id: str) -> list[Call]:
         """Every call of the episode in seq order, with full token ids and exact body bytes."""
         conn = self._conn()
+        episode_id = codec.text_in(episode_id)
         known_ids: dict[int, bytes] = {}
         known_bodies: dict[str, dict[int, bytes]] = {kind: {} for kind in call_rows.DELTA_KINDS}
         out = []
@@ -239,7 +246,7 @@ class Store:
 
     def get_call(self, call_id: str) -> Call | None:
         conn = self._conn()
-        row = conn.execute("SELECT * FROM calls WHERE id = ?", (call_id,)).fetchone()
+        row = conn.execute("SELECT * FROM calls WHERE id = ?", (codec.text_in(call_id),)).fetchone()
         if row is None:
             return None
         ep, seq = row["episode_id"], row["seq"]
@@ -261,7 +268,7 @@ def _round(row: sqlite3.Row) -> Round:
 
 
 def _episode(row: sqlite3.Row) -> Episode:
-    values = {name: row[name] for name in Episode.__dataclass_fields__}
+    values = {name: codec.text_out(row[name]) for name in Episode.__dataclass_fields__}
     if values["reward_detail"] is not None:
         values["reward_detail"] = json.loads(values["reward_detail"])
     return Episode(**values)
