@@ -213,3 +213,16 @@ def test_text_with_lone_surrogates_round_trips_and_never_fails_a_write(tmp_path:
         assert store.get_calls(odd) == [] and store.get_call(odd) is None and store.get_run(odd) is None
         with pytest.raises(LookupError):
             store.add_call(record(odd))
+
+
+def test_opening_an_up_to_date_store_does_not_wait_for_a_busy_writer(tmp_path: Path):
+    Store.open(tmp_path).close()
+    writer = sqlite3.connect(tmp_path / "alight.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process mid-write
+    try:
+        started = time.monotonic()
+        with Store.open(tmp_path) as store:
+            assert store.list_runs() == []
+        assert time.monotonic() - started < 2
+    finally:
+        writer.execute("ROLLBACK")

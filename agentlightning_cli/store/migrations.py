@@ -141,8 +141,11 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
     """Apply missing migrations in one BEGIN IMMEDIATE transaction; returns the names applied.
 
     Two processes opening a fresh file at once serialise on the write lock; the second sees the ledger
-    rows the first committed and applies nothing.
+    rows the first committed and applies nothing. An up-to-date file is only read: no write lock is taken,
+    so opening never waits for a busy writer (and works on a read-only copy).
     """
+    if _applied(conn) == {name for name, _, _ in MIGRATIONS}:
+        return []
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_LEDGER)
@@ -167,3 +170,10 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _applied(conn: sqlite3.Connection) -> set[str] | None:
+    has_ledger = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_alight_migrations'"
+    ).fetchone()
+    return {row[0] for row in conn.execute("SELECT name FROM _alight_migrations")} if has_ledger else None
