@@ -169,21 +169,28 @@ class Proxy:
     async def _authenticate(self, episode_id: str, key: str | None) -> str:
         """'ok', 'denied' (wrong or no key; nothing is written) or 'unknown' (no such episode)."""
         digest = self._keys.get(episode_id)
-        if digest is not None:
-            return "ok" if key and hmac.compare_digest(_digest(key), digest) else "denied"
+        if digest is None:
+            if self.ad_hoc:
+                async with self._create_lock:  # concurrent first requests must not race the creation
+                    return await self._look_up(episode_id, key, create=True)
+            return await self._look_up(episode_id, key, create=False)
+        return "ok" if key and hmac.compare_digest(_digest(key), digest) else "denied"
+
+    async def _look_up(self, episode_id: str, key: str | None, create: bool) -> str:
+        """Registry miss: ask the store (episodes another process created), else create one in ad-hoc mode."""
+        if episode_id in self._keys:
+            return await self._authenticate(episode_id, key)
         if self.store is not None:
             if key and await asyncio.to_thread(self.store.check_episode_key, episode_id, key):
                 self._keys[episode_id] = _digest(key)
                 return "ok"
             if await asyncio.to_thread(self.store.get_episode, episode_id) is not None:
                 return "denied"
-        if not self.ad_hoc:
+        if not create:
             return "unknown"
         if not key:
             return "denied"
-        async with self._create_lock:
-            if episode_id not in self._keys:
-                await asyncio.wrap_future(self.recorder.call(
-                    lambda: self.store.create_episode(None, None, None, 0, None, key, episode_id=episode_id)))
-                self._keys[episode_id] = _digest(key)
-        return await self._authenticate(episode_id, key)
+        await asyncio.wrap_future(self.recorder.call(
+            lambda: self.store.create_episode(None, None, None, 0, None, key, episode_id=episode_id)))
+        self._keys[episode_id] = _digest(key)
+        return "ok"

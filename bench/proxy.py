@@ -1,0 +1,209 @@
+"""Proxy overhead: direct to the fake vLLM vs through `alight proxy`, same run, interleaved rounds.
+
+The fake upstream and the proxy each run in their own process (the proxy via the real `alight proxy`
+command, ad-hoc episodes), so the proxy's CPU time is read exactly from /proc/<pid>/stat (all threads,
+recorder included). The load generator is this process (raw aiohttp). With 2+ CPUs the proxy is pinned to
+the last one and everything else to the others, as in research/proxy-engines.md.
+
+    python bench/proxy.py [--rounds 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "proxy.json"
+TICK = os.sysconf("SC_CLK_TCK")
+PROMPT = "Please fix the failing test in the repository. " * 32  # ~1.5 KB request body
+REPLY = "The fix is to check the index bounds before reading the list element. " * 5  # 355 tokens to cut from
+TARGETS = ("direct", "chat", "anthropic", "responses")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def request_for(target: str, base: str, upstream: str, episode: str, stream: bool, max_tokens: int):
+    """(url, headers, body bytes) for one call of `target`."""
+    messages = [{"role": "user", "content": PROMPT}]
+    if target == "direct":  # the client asks for what the proxy would inject, so vLLM does the same work
+        body = {"model": "base", "messages": messages, "max_tokens": max_tokens, "logprobs": True,
+                "return_token_ids": True, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return f"{upstream}/v1/chat/completions", {}, body
+    head = {"Authorization": "Bearer bench-key"}
+    if target == "chat":
+        body = {"model": "base", "messages": messages, "max_tokens": max_tokens, "stream": stream}
+        return f"{base}/e/{episode}/v1/chat/completions", head, body
+    if target == "anthropic":
+        body = {"model": "base", "messages": messages, "max_tokens": max_tokens, "stream": stream}
+        return f"{base}/e/{episode}/v1/messages", {"x-api-key": "bench-key"}, body
+    body = {"model": "base", "input": PROMPT, "max_output_tokens": max_tokens, "stream": stream}
+    return f"{base}/e/{episode}/v1/responses", head, body
+
+
+async def one(session, url, headers, body: bytes) -> tuple[float, float, int]:
+    """(latency s, time to first body byte s, SSE events) for one request."""
+    start = time.perf_counter()
+    first, events = None, 0
+    async with session.post(url, data=body, headers={"Content-Type": "application/json", **headers}) as resp:
+        async for chunk in resp.content.iter_any():
+            if first is None:
+                first = time.perf_counter() - start
+            events += chunk.count(b"\n\n")
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}")
+    return time.perf_counter() - start, first or 0.0, events
+
+
+async def load(target, env, concurrency, total, stream, max_tokens):
+    url, headers, body = request_for(target, env["base"], env["upstream"], f"bench-{target}", stream, max_tokens)
+    data = json.dumps(body).encode()
+    results = []
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        queue = iter(range(total))
+
+        async def worker():
+            for _ in queue:
+                results.append(await one(session, url, headers, data))
+
+        before = cpu_seconds(env["proxy_pid"])
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+        cpu = cpu_seconds(env["proxy_pid"]) - before
+    return {"wall": wall, "cpu": cpu, "lat": [r[0] for r in results], "ttfb": [r[1] for r in results],
+            "events": sum(r[2] for r in results), "n": total}
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def measure(env, rounds, quick):
+    n1, n64, nsse = (60, 256, 16) if quick else (150, 640, 32)
+    raw = {t: {"c1": [], "c64": [], "sse": []} for t in TARGETS}
+    for target in TARGETS:  # warm up connections, episodes and caches
+        await load(target, env, 4, 8, False, 40)
+        await load(target, env, 2, 2, True, 200)
+    for _ in range(rounds):
+        for target in TARGETS:
+            raw[target]["c1"].append(await load(target, env, 1, n1, False, 40))
+            raw[target]["c64"].append(await load(target, env, 64, n64, False, 40))
+            raw[target]["sse"].append(await load(target, env, 16, nsse, True, 200))
+    out = {}
+    for target, runs in raw.items():
+        lat = [x for r in runs["c1"] for x in r["lat"]]
+        c64_wall, c64_n = sum(r["wall"] for r in runs["c64"]), sum(r["n"] for r in runs["c64"])
+        sse_wall, sse_events = sum(r["wall"] for r in runs["sse"]), sum(r["events"] for r in runs["sse"])
+        ttfb = [x for r in runs["sse"] for x in r["ttfb"]]
+        row = {"json_c1_p50_ms": 1000 * statistics.median(lat), "json_c1_p99_ms": 1000 * pct(lat, 0.99),
+               "json_c64_rps": c64_n / c64_wall, "sse_c16_events_per_s": sse_events / sse_wall,
+               "ttfb_c16_p50_ms": 1000 * statistics.median(ttfb)}
+        if target != "direct":
+            json_cpu = sum(r["cpu"] for r in runs["c1"] + runs["c64"])
+            json_n = sum(r["n"] for r in runs["c1"] + runs["c64"])
+            row["proxy_cpu_ms_per_json"] = 1000 * json_cpu / json_n
+            row["proxy_cpu_us_per_event"] = 1e6 * sum(r["cpu"] for r in runs["sse"]) / sse_events
+        out[target] = row
+    return out
+
+
+def start(cmd, cpus, ready: str, env=None) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
+    seen = []
+    while ready not in "".join(seen):
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{cmd[0]} failed to start: {''.join(seen)}")
+        seen.append(line)
+    return proc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
+    args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    mine, proxy_cpus = (set(cpus[:-1]), {cpus[-1]}) if len(cpus) > 1 else (None, None)
+    tmp = Path(tempfile.mkdtemp(prefix="alight-bench-"))
+    (tmp / "script.json").write_text(json.dumps({"turns": [REPLY]}))
+    up_port, px_port = 18700 + os.getpid() % 500, 19300 + os.getpid() % 500
+    fake = start([sys.executable, "-m", "agentlightning_cli.testing.fake_vllm", "--port", str(up_port), "--script",
+                  str(tmp / "script.json")], mine, "listening")
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent)) or "alight"
+    proxy = start([alight, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--port", str(px_port), "--store",
+                   str(tmp / "store")], proxy_cpus, "Ctrl-C")
+    if mine:
+        os.sched_setaffinity(0, mine)
+    env = {"base": f"http://127.0.0.1:{px_port}", "upstream": f"http://127.0.0.1:{up_port}", "proxy_pid": proxy.pid}
+    try:
+        rows = asyncio.run(measure(env, args.rounds, args.quick))
+        rss = peak_rss_mb(proxy.pid)
+    finally:
+        proxy.terminate()
+        fake.terminate()
+        proxy.wait(20)
+        fake.wait(20)
+        shutil.rmtree(tmp, ignore_errors=True)
+    direct = rows["direct"]
+    for target in TARGETS[1:]:
+        row = rows[target]
+        row["json_c64_rps_vs_direct"] = row["json_c64_rps"] / direct["json_c64_rps"]
+        row["ttfb_added_p50_ms"] = row["ttfb_c16_p50_ms"] - direct["ttfb_c16_p50_ms"]
+        row["targets_met"] = {
+            "cpu_per_json<=0.5ms": row["proxy_cpu_ms_per_json"] <= 0.5,
+            "cpu_per_event<=20us": row["proxy_cpu_us_per_event"] <= 20,
+            "c64_rps>=60%direct": row["json_c64_rps_vs_direct"] >= 0.6,
+            "added_ttfb<=2ms": row["ttfb_added_p50_ms"] <= 2.0,
+        }
+    report = {"rows": rows, "proxy_peak_rss_mb": rss, "cpus": len(cpus), "rounds": args.rounds,
+              "load_avg_after": os.getloadavg(), "reply_tokens": {"json": 40, "sse": 200}}
+    print_table(rows, rss)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+def print_table(rows, rss) -> None:
+    cols = [("json_c1_p50_ms", "c1 p50 ms", "{:.2f}"), ("json_c1_p99_ms", "c1 p99 ms", "{:.2f}"),
+            ("json_c64_rps", "c64 req/s", "{:.0f}"), ("json_c64_rps_vs_direct", "vs direct", "{:.0%}"),
+            ("sse_c16_events_per_s", "SSE ev/s", "{:.0f}"), ("ttfb_c16_p50_ms", "TTFB p50 ms", "{:.2f}"),
+            ("ttfb_added_p50_ms", "+TTFB ms", "{:+.2f}"), ("proxy_cpu_ms_per_json", "CPU ms/req", "{:.3f}"),
+            ("proxy_cpu_us_per_event", "CPU us/event", "{:.1f}")]
+    print(f"{'target':<10}" + "".join(f"{title:>13}" for _, title, _ in cols))
+    for target, row in rows.items():
+        cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in cols]
+        print(f"{target:<10}" + "".join(f"{c:>13}" for c in cells))
+    print(f"proxy peak RSS: {rss:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
