@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from agentlightning_cli.harnesses import reaper
 from agentlightning_cli.harnesses.install import Installed
 from agentlightning_cli.harnesses.outcome import Outcome, judge, load_report
 from agentlightning_cli.recipes import Recipe
@@ -110,6 +112,7 @@ class HarnessEpisode:
         self._stop_status: str | None = None
         self._stop_reason: str | None = None
         self.pid: int | None = None
+        self.marker = f"{spec.episode_id}-{secrets.token_hex(4)}"
 
     def stop(self, reason: str, status: str = "budget_exceeded") -> None:
         """Ask the episode to end (e.g. the proxy's call budget ran out). Safe from any thread."""
@@ -130,6 +133,7 @@ class HarnessEpisode:
             path.chmod(0o600)  # holds the episode key
         env = harness_env()
         env.update({"HOME": ctx["home"], "PATH": f"{ctx['bin_dir']}{os.pathsep}{env.get('PATH', '')}"})
+        env[reaper.MARKER_VAR] = self.marker  # inherited by everything the harness starts; see reaper.py
         for name, template in recipe.env.items():
             value = recipe.render(template, ctx)
             if value:
@@ -154,10 +158,14 @@ class HarnessEpisode:
         timed_out = False
         try:
             with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=str(spec.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out, stderr=err, start_new_session=True,
-                )
+                try:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv, cwd=str(spec.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
+                        stdout=out, stderr=err, start_new_session=True,
+                    )
+                except OSError as exc:
+                    return Outcome("harness_error", reason=f"cannot start {argv[0]}: {exc.strerror or exc}",
+                                   stdout_path=str(stdout_path), stderr_path=str(stderr_path))
             self.pid = proc.pid
             exited = asyncio.ensure_future(proc.wait())
             stopper = asyncio.ensure_future(self._stop.wait())
@@ -166,15 +174,18 @@ class HarnessEpisode:
             if not exited.done():
                 timed_out = not self._stop.is_set()
                 await self._terminate(proc, exited)
-            # Anything the harness left in its group (a backgrounded tool command) dies with the episode.
-            _killpg(proc.pid, signal.SIGKILL)
             exit_code = proc.returncode
         finally:
             await self._cleanup(ctx, env)
+            # Anything the episode left (a backgrounded tool command, a command in its own session, a
+            # daemon) dies with it.
+            leftovers = await asyncio.to_thread(reaper.kill_leftovers, self.pid, self.marker) if self.pid else []
             shutil.rmtree(tmpdir, ignore_errors=True)
         ended = time.time()
         outcome = Outcome("finished", exit_code=exit_code, wall_s=round(ended - started, 3),
                           stdout_path=str(stdout_path), stderr_path=str(stderr_path))
+        if leftovers:
+            outcome.detail["leftover_processes_killed"] = len(leftovers)
         outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
         outcome.first_call_s = round(first - started, 3) if first is not None else None
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
@@ -202,11 +213,11 @@ class HarnessEpisode:
 
     async def _terminate(self, proc: asyncio.subprocess.Process, exited: asyncio.Future) -> None:
         stop = self.recipe.stop
-        _killpg(proc.pid, getattr(signal, stop.signal))
+        await asyncio.to_thread(reaper.terminate, proc.pid, self.marker, getattr(signal, stop.signal))
         try:
             await asyncio.wait_for(asyncio.shield(exited), stop.grace_s)
         except asyncio.TimeoutError:
-            _killpg(proc.pid, signal.SIGKILL)
+            reaper.killpg(proc.pid, signal.SIGKILL)
             await exited
 
     async def _cleanup(self, ctx: dict[str, Any], env: dict[str, str]) -> None:
@@ -219,13 +230,6 @@ class HarnessEpisode:
                 await asyncio.wait_for(proc.wait(), 15)
             except (OSError, asyncio.TimeoutError):
                 continue  # cleanup is best effort; a missing tmux server is the normal case
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tail(path: Path, limit: int = 400) -> str:

@@ -35,3 +35,17 @@ def processes_matching(text: str) -> list[int]:
         if text in cmdline and int(entry.name) != os.getpid():
             found.append(int(entry.name))
     return found
+
+
+def processes_with_env(text: str) -> list[int]:
+    """PIDs whose environment mentions `text` (e.g. an episode id inside its HOME path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if text.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
