@@ -10,6 +10,8 @@ import httpx2
 import openai
 import pytest
 
+from vllm_shapes import Completion, call, chat_json, split
+
 from agentlightning_cli.proxy import responses as translate
 from agentlightning_cli.proxy.errors import TranslationError
 
@@ -109,6 +111,25 @@ def test_string_input_and_no_tools():
     chat, dropped = translate.request_to_chat({"model": ALIAS, "input": "hello", "tool_choice": "auto"})
     assert chat == {"model": ALIAS, "messages": [{"role": "user", "content": "hello"}], "stream": False}
     assert dropped == {}
+
+
+def test_each_call_prompt_is_a_prefix_of_the_next():
+    """Codex echoes our output items back; call N's chat messages must start call N+1's (row merging)."""
+    first = capture("codex-defaults-request-1.json")
+    reply = translate.response_from_chat(chat_json(Completion(
+        reasoning=split("plan"), text=split("Creating it."),
+        calls=[call("call_1", "exec_command", {"cmd": "echo hello > out.txt"}),
+               call("call_2", "exec_command", {"cmd": "cat out.txt"})], finish_reason="tool_calls")),
+        client_model=ALIAS, request=first)
+    outputs = [{"type": "function_call_output", "call_id": c, "output": "ok"} for c in ("call_1", "call_2")]
+    second = dict(first, input=first["input"] + reply["output"] + outputs)
+    chat1, _ = translate.request_to_chat(first)
+    chat2, dropped = translate.request_to_chat(second)
+    assert chat2["messages"][:len(chat1["messages"])] == chat1["messages"]
+    assert [m["role"] for m in chat2["messages"][len(chat1["messages"]):]] == ["assistant", "tool", "tool"]
+    assistant = chat2["messages"][len(chat1["messages"])]
+    assert assistant["content"] == "Creating it." and len(assistant["tool_calls"]) == 2
+    assert list(dropped["items"].values()) == [{"type": "reasoning", "summary_parts": 0, "encrypted": False}]
 
 
 @pytest.mark.parametrize("change, field", [
