@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+import orjson
+
 # vLLM-only fields (not in OpenAI's schema); prompt_token_ids, token_ids and prompt_logprobs stay only when asked.
 VLLM_TOP = ("prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics")
 VLLM_CHOICE = ("stop_reason", "routed_experts")
@@ -20,7 +22,18 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "max_co
 
 
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON, like vLLM's own; orjson is ~5x cheaper per event than the json module."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # ints past 64 bits and other things orjson refuses
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:  # NaN/Infinity or huge ints, which the json module accepts
+        return json.loads(data)
 
 
 def resolve_model(client_model: str | None, aliases: dict[str, str], policy: str | None) -> str | None:
@@ -163,7 +176,7 @@ class ChatStreamReader:
             self.done = True
             return None
         try:
-            chunk = json.loads(payload)
+            chunk = loads(payload)
         except ValueError:
             return None
         if isinstance(chunk, dict):

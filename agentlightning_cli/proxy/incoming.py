@@ -6,6 +6,7 @@ import json
 import zlib
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from agentlightning_cli.proxy.errors import ProxyReject
@@ -67,13 +68,16 @@ def decode(raw: bytes, encoding: str, limit: int) -> bytes:
 def parse_json(raw: bytes, protocol: str) -> dict[str, Any]:
     """The body as a JSON object, checked for the fields its protocol needs; ProxyReject(400) otherwise."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProxyReject(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise ProxyReject(400, f"request body is not valid JSON: {exc}") from exc
+        body = orjson.loads(raw)  # also rejects invalid UTF-8
+    except orjson.JSONDecodeError:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProxyReject(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
+        try:
+            body = json.loads(text)  # NaN, Infinity and huge ints: valid for Python's json, not orjson
+        except ValueError as exc:
+            raise ProxyReject(400, f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ProxyReject(400, f"request body must be a JSON object, not a JSON {type(body).__name__}")
     need = REQUIRED.get(protocol)

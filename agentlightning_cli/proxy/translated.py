@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import time
 from types import ModuleType
 
 import aiohttp
 from aiohttp import web
 
-from agentlightning_cli.proxy.chat import ChatStreamReader, dumps, plan_chat
+from agentlightning_cli.proxy.chat import ChatStreamReader, dumps, loads, plan_chat
 from agentlightning_cli.proxy.errors import ProxyReject, TranslationError, error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange
 from agentlightning_cli.proxy.incoming import parse_json
@@ -57,7 +56,7 @@ async def handle_count_tokens(ex: Exchange) -> web.StreamResponse:
             message = upstream_message(raw)
             return await ex.reply(resp.status, error_bytes(ex.protocol, resp.status, message), "upstream_error",
                                   upstream_response=raw, error=message)
-        data = json.loads(raw)
+        data = loads(raw)
         answer = dumps({"input_tokens": data["count"]})
         return await ex.reply(200, answer, "ok", upstream_response=raw, prompt_token_ids=data.get("tokens"))
     finally:
@@ -89,7 +88,7 @@ async def _translated(ex: Exchange, module: ModuleType) -> web.StreamResponse:
                                       upstream_response=raw, error=message)
             if not ex.stream:
                 raw = await _read(resp)
-                data = json.loads(raw)
+                data = loads(raw)
                 answer = module.response_from_chat(data, client_model=client_model, request=body)
                 return await ex.reply(200, dumps(answer), "ok", upstream_response=raw,
                                       **collected_fields(collect_json(data)))
