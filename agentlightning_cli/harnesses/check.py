@@ -47,8 +47,11 @@ class SmokeEnvironment:
     """A store, the scripted upstream and the proxy, started together and stopped together."""
 
     run_dir: Path
-    reply: Callable[[dict], dict]
+    reply: Callable[[dict], dict] | None = None
+    """The scripted model; ignored when `upstream_url` points at a real server."""
     proxy_settings: Any = None
+    upstream_url: str | None = None
+    policy: str = SMOKE_POLICY
     fake: Any = None
     store: Any = None
     proxy: Any = None
@@ -60,16 +63,19 @@ class SmokeEnvironment:
         from agentlightning_cli.store import Store
         from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
 
-        self.fake = FakeVLLM(FakeScript(reply=self.reply, served_models=[SMOKE_POLICY])).start()
+        if self.upstream_url is None:
+            self.fake = FakeVLLM(FakeScript(reply=self.reply, served_models=[self.policy])).start()
         self.store = Store.open(self.run_dir)
-        self.proxy = Proxy(self.store, self.fake.url, self.proxy_settings or ProxySettings(), policy=SMOKE_POLICY)
+        upstream = self.upstream_url or self.fake.url
+        self.proxy = Proxy(self.store, upstream, self.proxy_settings or ProxySettings(), policy=self.policy)
         self.proxy.on_budget_exceeded = self.stopper
         await self.proxy.start("127.0.0.1", 0)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.proxy.stop()
-        self.fake.stop()
+        if self.fake is not None:
+            self.fake.stop()
         self.store.close()
 
     def new_episode(self, recipe: Recipe, workspace: Path, prompt: str = SMOKE_PROMPT, **limits: Any) -> EpisodeSpec:
