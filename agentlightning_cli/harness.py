@@ -73,7 +73,7 @@ CallCounter = Callable[[str], "tuple[int, float | None]"]
 """episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
 
 
-def store_call_counter(store: Any, settle_s: float = 0.3, max_wait_s: float = 5.0) -> CallCounter:
+def store_call_counter(store: Any, settle_s: float = 0.1, max_wait_s: float = 5.0) -> CallCounter:
     """Counts the episode's recorded LLM calls once the count has settled.
 
     A streamed call is recorded when its stream ends, which can be just after the harness has read the last

@@ -54,8 +54,8 @@ class Outcome(_Strict):
     errors: list[ErrorRule] = Field(default_factory=list)
     turn_limit: dict[str, Any] | None = None
     """A record matching this means the harness stopped at its turn limit: finished, flagged as such."""
-    require: dict[str, Any] | None = None
-    """If set, a finished episode needs one record matching this; otherwise it is a harness_error."""
+    require: dict[str, Any] | list[dict[str, Any]] | None = None
+    """If set, a finished episode needs a record matching this (or one of these); otherwise harness_error."""
     require_reason: str = "the harness did not report success"
     """Template for the reason when `require` is not met; `records` is the list of parsed records."""
 

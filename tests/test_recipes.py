@@ -129,6 +129,7 @@ def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
     recipe, ctx = _ctx("mini-swe-agent", tmp_path)
     assert judge(recipe, ctx, [{"info": {"exit_status": "Submitted"}}]) == (None, False)
     assert judge(recipe, ctx, [{"info": {"exit_status": "LimitsExceeded"}}]) == (None, True)
+    assert judge(recipe, ctx, [{"info": {"exit_status": "RepeatedFormatError"}}]) == (None, False)
     err = judge(recipe, ctx, [{"info": {"exit_status": "APIError"}, "messages": [{"extra": {"exception_str": "boom"}}]}])[0]
     assert "'APIError'" in err and "boom" in err
     assert "wrote no report" in judge(recipe, ctx, [])[0]

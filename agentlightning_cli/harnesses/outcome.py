@@ -136,6 +136,7 @@ def judge(recipe: Recipe, context: dict[str, Any], records: list[Any]) -> tuple[
     if rules.require is not None and not records:
         where = "stdout" if rules.source == "stdout" else recipe.render(rules.source, context)
         return f"the harness wrote no report to {where}", False
-    if rules.require is not None and not any(matches(r, rules.require) for r in records):
+    wanted = [rules.require] if isinstance(rules.require, dict) else rules.require
+    if wanted is not None and not any(matches(r, rule) for r in records for rule in wanted):
         return recipe.render(rules.require_reason, {**render_ctx, "record": Lenient(records[-1] if records else None)}).strip(), False
     return None, False
