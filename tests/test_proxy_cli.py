@@ -55,3 +55,10 @@ def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
         [call] = store.get_calls("demo-1")
         assert call.status == "ok" and call.model == "base"
         assert json.loads(call.client_request)["messages"][0]["content"] == "hey"
+
+
+def test_alight_proxy_rejects_an_upstream_that_is_not_a_url(tmp_path):
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent))
+    done = subprocess.run([alight, "proxy", "--upstream", "localhost:8000", "--store", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "--upstream must be an http://" in done.stderr

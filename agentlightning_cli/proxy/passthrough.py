@@ -10,7 +10,7 @@ from aiohttp import web
 
 from agentlightning_cli.proxy.chat import ChatStreamFilter, Collected, dumps, loads, plan_chat, strip_response
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes, upstream_message
-from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange
+from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange, log
 from agentlightning_cli.proxy.incoming import parse_json
 
 
@@ -100,5 +100,8 @@ async def _stream(ex: Exchange, resp: aiohttp.ClientResponse, filt: ChatStreamFi
         if isinstance(exc, asyncio.CancelledError):
             ex.finish_stream(outcome, sent, error=error, **collected_fields(filt.collected))
             raise
+    except Exception as exc:  # noqa: BLE001 - headers are sent: record it and end this stream, nothing more
+        log.exception("stream failed after the response started")
+        outcome, error = "upstream_error", f"alight: internal error mid-stream: {exc!r}"
     ex.finish_stream(outcome, sent, error=error, **collected_fields(filt.collected))
     return out

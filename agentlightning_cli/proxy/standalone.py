@@ -22,8 +22,13 @@ Ctrl-C stops."""
 
 
 async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
+    from agentlightning_cli.errors import AlightError
     from agentlightning_cli.proxy.server import Proxy
     from agentlightning_cli.store import Store
+
+    if not upstream.startswith(("http://", "https://")):
+        raise AlightError(f"--upstream must be an http:// or https:// URL, got {upstream!r}",
+                          "e.g. --upstream http://127.0.0.1:8000")
 
     store_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(store_dir)
@@ -33,7 +38,11 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await proxy.start()
+        try:
+            await proxy.start()
+        except OSError as exc:
+            raise AlightError(f"cannot listen on {settings.proxy.host}:{settings.proxy.port}: {exc.strerror or exc}",
+                              "pick another --port (0 picks a free one)") from exc
         text = BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
                              model=model or "whatever each client asks for")
         print(text, file=sys.stderr, flush=True)

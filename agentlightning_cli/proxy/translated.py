@@ -17,7 +17,7 @@ from aiohttp import web
 
 from agentlightning_cli.proxy.chat import ChatStreamReader, dumps, loads, plan_chat
 from agentlightning_cli.proxy.errors import ProxyReject, TranslationError, error_bytes, upstream_message
-from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange
+from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange, log
 from agentlightning_cli.proxy.incoming import parse_json
 from agentlightning_cli.proxy.passthrough import _read, collect_json, collected_fields
 
@@ -140,5 +140,8 @@ async def _stream(ex: Exchange, resp: aiohttp.ClientResponse, translator: object
         if isinstance(exc, asyncio.CancelledError):
             ex.finish_stream(outcome, sent, error=error, **collected_fields(reader.collected))
             raise
+    except Exception as exc:  # noqa: BLE001 - headers are sent: record it and end this stream, nothing more
+        log.exception("stream failed after the response started")
+        outcome, error = "upstream_error", f"alight: internal error mid-stream: {exc!r}"
     ex.finish_stream(outcome, sent, error=error, **collected_fields(reader.collected))
     return out
