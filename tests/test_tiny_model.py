@@ -76,3 +76,17 @@ def test_ensure_builds_once_into_home(tmp_path: Path) -> None:
     assert ensure_tiny_model(home) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rebuilt
     assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temp dirs left behind
+
+
+def test_cli_builds_into_a_new_directory_only(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "m"
+    done = subprocess.run([sys.executable, "-m", "agentlightning_cli", "model", "tiny", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and (out / "model.safetensors").is_file()
+    again = subprocess.run([sys.executable, "-m", "agentlightning_cli", "model", "tiny", str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and "exists and is not empty" in again.stderr

@@ -1,0 +1,83 @@
+"""`alight serve` as a user runs it: a real subprocess, real vLLM, a request, Ctrl-C, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.store import Store
+
+pytestmark = pytest.mark.vllm
+
+
+def descendants(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,sid="], capture_output=True, text=True).stdout.split("\n")
+    rows = [tuple(map(int, line.split())) for line in out if line.strip()]
+    found, frontier = set(), {pid}
+    while frontier:
+        kids = {p for p, pp, _ in rows if pp in frontier} - found
+        found |= kids
+        frontier = kids
+    # vLLM runs in its own session: also everything in the sessions those children lead.
+    sessions = {p for p in found}
+    return found | {p for p, _, sid in rows if sid in sessions}
+
+
+def running(pid: int) -> str | None:
+    """The command line of a live process; None when gone or a zombie (killed, awaiting its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return None if state in ("Z", "X") else Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except (OSError, IndexError):
+        return None
+
+
+def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    env = {**os.environ, "ALIGHT_SERVE__MAX_MODEL_LEN": "2048", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "agentlightning_cli", "serve", "--run", "demo"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not any(l.startswith("Every call is recorded") for l in lines):
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "".join(lines)
+            lines.append(line)
+            assert time.monotonic() < deadline, "".join(lines)
+        banner = "".join(lines)
+        base = re.search(r"OpenAI chat completions / Responses\s+(\S+)/e/<episode>/v1", banner).group(1)
+        for needle in ("mini-SWE-agent", "OPENAI_BASE_URL=", "LLM_BASE_URL=", "ANTHROPIC_BASE_URL=",
+                       "wire_api = \"responses\"", f"{base}/e/cc-1 "):
+            assert needle in banner
+        children = descendants(proc.pid)
+        assert len(children) >= 2  # vLLM's API server and engine
+
+        req = urllib.request.Request(f"{base}/e/by-hand/v1/chat/completions", method="POST", data=json.dumps(
+            {"model": "anything", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode(),
+            headers={"content-type": "application/json", "authorization": "Bearer mine"})
+        assert json.load(urllib.request.urlopen(req, timeout=60))["choices"]
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) in (0, 130)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(1)
+    alive = {p: running(p) for p in children}
+    assert not any(alive.values()), f"left running: {alive}"
+
+    run_dir = tmp_path / "runs" / "demo"
+    assert (run_dir / "logs" / "vllm.log").is_file() and (run_dir / "adapters" / "r0" / "adapter_config.json").is_file()
+    with Store.open(run_dir) as store:
+        calls = store.get_calls("by-hand")
+        assert len(calls) == 1 and calls[0].model == "policy-r0" and calls[0].completion_token_ids
+        assert store.get_run("demo") is not None
