@@ -104,23 +104,27 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def measure(env, rounds, quick):
+async def measure(env, paced, rounds, quick):
     n1, n64, nsse = (60, 256, 16) if quick else (150, 640, 32)
-    raw = {t: {"c1": [], "c64": [], "sse": []} for t in TARGETS}
+    raw = {t: {"c1": [], "c64": [], "sse": [], "ttfb": []} for t in TARGETS}
     for target in TARGETS:  # warm up connections, episodes and caches
         await load(target, env, 4, 8, False, 40)
         await load(target, env, 2, 2, True, 200)
+        await load(target, paced, 2, 2, True, 20)
     for _ in range(rounds):
         for target in TARGETS:
             raw[target]["c1"].append(await load(target, env, 1, n1, False, 40))
             raw[target]["c64"].append(await load(target, env, 64, n64, False, 40))
             raw[target]["sse"].append(await load(target, env, 16, nsse, True, 200))
+            # Time to first byte: 16 concurrent streams paced like a real model (5 ms per event), so the
+            # number is the proxy's added latency rather than CPU starvation by 16 unpaced 200-event bursts.
+            raw[target]["ttfb"].append(await load(target, paced, 16, 32, True, 20))
     out = {}
     for target, runs in raw.items():
         lat = [x for r in runs["c1"] for x in r["lat"]]
         c64_wall, c64_n = sum(r["wall"] for r in runs["c64"]), sum(r["n"] for r in runs["c64"])
         sse_wall, sse_events = sum(r["wall"] for r in runs["sse"]), sum(r["events"] for r in runs["sse"])
-        ttfb = [x for r in runs["sse"] for x in r["ttfb"]]
+        ttfb = [x for r in runs["ttfb"] for x in r["ttfb"]]
         row = {"json_c1_p50_ms": 1000 * statistics.median(lat), "json_c1_p99_ms": 1000 * pct(lat, 0.99),
                "json_c64_rps": c64_n / c64_wall, "sse_c16_events_per_s": sse_events / sse_wall,
                "ttfb_c16_p50_ms": 1000 * statistics.median(ttfb)}
@@ -143,7 +147,24 @@ def start(cmd, cpus, ready: str, env=None) -> subprocess.Popen:
         if not line:
             raise RuntimeError(f"{cmd[0]} failed to start: {''.join(seen)}")
         seen.append(line)
+    text = "".join(seen)
+    proc.port = int(text.split("listening on http://127.0.0.1:")[1].split()[0]) if "listening on" in text else 0
+    proc.base = text.split("recording ")[1].split()[0] if "recording " in text else ""
     return proc
+
+
+def pair(tmp: Path, name: str, script: dict, mine, proxy_cpus, procs: list) -> dict:
+    """A fake vLLM process and an `alight proxy` process in front of it."""
+    (tmp / f"{name}.json").write_text(json.dumps(script))
+    fake = start([sys.executable, "-m", "agentlightning_cli.testing.fake_vllm", "--port", "0", "--script",
+                  str(tmp / f"{name}.json")], mine, "listening")
+    procs.append(fake)
+    up = f"http://127.0.0.1:{fake.port}"
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent)) or "alight"
+    proxy = start([alight, "proxy", "--upstream", up, "--port", "0", "--store", str(tmp / f"{name}-store")],
+                  proxy_cpus, "Ctrl-C")
+    procs.append(proxy)
+    return {"base": proxy.base, "upstream": up, "proxy_pid": proxy.pid}
 
 
 def main() -> None:
@@ -154,24 +175,18 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     mine, proxy_cpus = (set(cpus[:-1]), {cpus[-1]}) if len(cpus) > 1 else (None, None)
     tmp = Path(tempfile.mkdtemp(prefix="alight-bench-"))
-    (tmp / "script.json").write_text(json.dumps({"turns": [REPLY]}))
-    up_port, px_port = 18700 + os.getpid() % 500, 19300 + os.getpid() % 500
-    fake = start([sys.executable, "-m", "agentlightning_cli.testing.fake_vllm", "--port", str(up_port), "--script",
-                  str(tmp / "script.json")], mine, "listening")
-    alight = shutil.which("alight", path=str(Path(sys.executable).parent)) or "alight"
-    proxy = start([alight, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--port", str(px_port), "--store",
-                   str(tmp / "store")], proxy_cpus, "Ctrl-C")
-    if mine:
-        os.sched_setaffinity(0, mine)
-    env = {"base": f"http://127.0.0.1:{px_port}", "upstream": f"http://127.0.0.1:{up_port}", "proxy_pid": proxy.pid}
+    procs: list[subprocess.Popen] = []
     try:
-        rows = asyncio.run(measure(env, args.rounds, args.quick))
-        rss = peak_rss_mb(proxy.pid)
+        env = pair(tmp, "fast", {"turns": [REPLY]}, mine, proxy_cpus, procs)
+        paced = pair(tmp, "paced", {"turns": [REPLY], "event_delay_s": 0.005}, mine, proxy_cpus, procs)
+        if mine:
+            os.sched_setaffinity(0, mine)
+        rows = asyncio.run(measure(env, paced, args.rounds, args.quick))
+        rss = peak_rss_mb(env["proxy_pid"])
     finally:
-        proxy.terminate()
-        fake.terminate()
-        proxy.wait(20)
-        fake.wait(20)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
         shutil.rmtree(tmp, ignore_errors=True)
     direct = rows["direct"]
     for target in TARGETS[1:]:

@@ -230,9 +230,16 @@ def main(argv: list[str] | None = None) -> None:
         mod, _, fn = args.reply.partition(":")
         script.reply = getattr(importlib.import_module(mod), fn)
     fake = FakeVLLM(script, args.host, args.port)
-    web.run_app(fake.app(), host=args.host, port=args.port, access_log=None,
-                print=lambda *_: print(f"fake vLLM listening on {fake.url}", flush=True))
 
+    async def serve() -> None:
+        await fake.start_async()
+        print(f"fake vLLM listening on {fake.url}", flush=True)  # the real port, also with --port 0
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
 
 if __name__ == "__main__":
     main()
