@@ -44,6 +44,8 @@ class FakeScript:
     """Streams: spread the completion over about this many content events (default: one per token)."""
     event_delay_s: float = 0.0
     served_models: list[str] = field(default_factory=lambda: ["base"])
+    any_model: bool = False
+    """Answer whatever model name is asked (vLLM itself answers 404 for names it does not serve)."""
     max_model_len: int = 4096
 
     def turn_for(self, body: dict) -> dict:
@@ -158,7 +160,7 @@ class FakeVLLM:
         if "error" in turn:
             return _error(int(turn["error"].get("status", 500)), str(turn["error"].get("message", "scripted error")))
         model = body.get("model") or script.served_models[0]
-        if model not in script.served_models and model not in self.adapters:
+        if not script.any_model and model not in script.served_models and model not in self.adapters:
             return _error(404, f"The model `{model}` does not exist.")
         prompt_ids = tok.render_prompt(body["messages"], body.get("tools"))
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
