@@ -43,12 +43,12 @@ async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: A
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
     proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy, ad_hoc=True)
     try:
         await proxy.start()
-        print(banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir), run.name,
+        print(banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir.resolve()), run.name,
                             policy.policy), file=sys.stderr, flush=True)
         if on_ready is not None:
             on_ready(proxy)
@@ -73,11 +73,14 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
     name = run_name or default_run_name()
     # SIGTERM during vLLM's startup must unwind like Ctrl-C (the process group is stopped on the way out).
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
     store, run, run_dir = open_run(settings, name)
     try:
         print(f"alight serve: starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
         with PolicyServer(settings, run_dir, model) as policy:
-            rnd = store.create_round(run.id, 0, policy.policy, str(policy.adapter_dir(0)))
+            # A restarted `--run NAME` keeps its round 0 (same policy-r0 adapter directory).
+            rnd = next((r for r in store.list_rounds(run.id) if r.index == 0), None) or store.create_round(
+                run.id, 0, policy.policy, str(policy.adapter_dir(0)))
             try:
                 asyncio.run(run_proxy(settings, policy, store, run, run_dir))
             finally:
