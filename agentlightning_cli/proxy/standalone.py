@@ -34,9 +34,10 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
     store = Store.open(store_dir)
     proxy = Proxy(store, upstream, settings.proxy, policy=model, ad_hoc=True)
     stop = asyncio.Event()
+    caught: list[int] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda s=sig: (caught.append(s), stop.set()))
     try:
         try:
             await proxy.start()
@@ -54,6 +55,8 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
     finally:
         await proxy.stop()
         store.close()
+    if caught and caught[0] == signal.SIGINT:
+        raise KeyboardInterrupt  # stopped cleanly; the CLI boundary turns Ctrl-C into exit code 130
 
 
 def run(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
