@@ -39,9 +39,11 @@ class Exchange:
     def record(self, outcome: str, http_status: int, **fields: Any) -> CallRecord:
         headers = {k: v for k, v in self.request.headers.items() if k.lower() not in _HIDDEN_HEADERS}
         data = {**self.fields, **fields}
-        ids = data.get("completion_token_ids")
+        ids, usage = data.get("completion_token_ids"), data.get("usage")
         if ids:
             self.proxy.budgets.add_tokens(self.episode_id, len(ids))
+        elif isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.proxy.budgets.add_tokens(self.episode_id, usage["completion_tokens"])  # an upstream without ids
         return CallRecord(
             episode_id=self.episode_id, protocol=self.protocol, method=self.request.method, path=self.path,
             status=outcome, http_status=http_status, stream=self.stream, client_request=self.raw,
