@@ -59,6 +59,8 @@ class ChatPlan:
     want_usage: bool
     upstream: dict
     sampling: dict
+    top_drop: frozenset = frozenset()
+    choice_drop: frozenset = frozenset()
 
 
 def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
@@ -82,15 +84,20 @@ def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
     options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
     if stream:
         up["stream_options"] = {**options, "include_usage": True}
+    want_ids, want_prompt_logprobs = bool(body.get("return_token_ids")), body.get("prompt_logprobs") is not None
+    top_drop = set(VLLM_TOP) | ({"prompt_token_ids"} if not want_ids else set())
+    top_drop |= {"prompt_logprobs"} if not want_prompt_logprobs else set()
     return ChatPlan(
         client_model=body.get("model"),
         stream=stream,
         want_logprobs=bool(body.get("logprobs")),
-        want_token_ids=bool(body.get("return_token_ids")),
-        want_prompt_logprobs=body.get("prompt_logprobs") is not None,
+        want_token_ids=want_ids,
+        want_prompt_logprobs=want_prompt_logprobs,
         want_usage=bool(options.get("include_usage")),
         upstream=up,
         sampling={k: up[k] for k in SAMPLING_KEYS if up.get(k) is not None},
+        top_drop=frozenset(top_drop),
+        choice_drop=frozenset(VLLM_CHOICE) | (frozenset() if want_ids else {"token_ids"}),
     )
 
 
@@ -111,7 +118,7 @@ class Collected:
             self.completion_token_ids.extend(ids)
         logprobs = choice.get("logprobs")
         if logprobs and logprobs.get("content"):
-            self.completion_logprobs.extend(entry["logprob"] for entry in logprobs["content"])
+            self.completion_logprobs.extend([entry["logprob"] for entry in logprobs["content"]])
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
 
@@ -130,19 +137,14 @@ class Collected:
 
 def strip_response(data: dict, plan: ChatPlan) -> None:
     """Make a vLLM chat answer (JSON body or stream chunk) look like what the client asked for, in place."""
-    for key in VLLM_TOP:
-        data.pop(key, None)
-    if not plan.want_token_ids:
-        data.pop("prompt_token_ids", None)
-    if not plan.want_prompt_logprobs:
-        data.pop("prompt_logprobs", None)
+    # Set intersections keep this cheap: it runs once per SSE event.
+    for key in plan.top_drop.intersection(data):
+        del data[key]
     if plan.client_model is not None and "model" in data:
         data["model"] = plan.client_model
     for choice in data.get("choices") or ():
-        for key in VLLM_CHOICE:
-            choice.pop(key, None)
-        if not plan.want_token_ids:
-            choice.pop("token_ids", None)
+        for key in plan.choice_drop.intersection(choice):
+            del choice[key]
         if not plan.want_logprobs and choice.get("logprobs") is not None:
             choice["logprobs"] = None
         message = choice.get("message")
@@ -165,6 +167,9 @@ class ChatStreamReader:
         self._buffer = parts.pop()
         out = []
         for part in parts:
+            if part.startswith(b"data: ") and b"\n" not in part:  # vLLM: one data line per event
+                out.append(part[6:])
+                continue
             for line in part.split(b"\n"):
                 if line.startswith(b"data:"):
                     out.append(line[5:].strip())
