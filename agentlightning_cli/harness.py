@@ -152,13 +152,18 @@ class HarnessEpisode:
         ctx = episode_context(recipe, self.installed, spec, self.episode_dir, tmpdir)
         stdout_path = self.log_dir / f"{spec.episode_id}.stdout"
         stderr_path = self.log_dir / f"{spec.episode_id}.stderr"
-        argv, env = self._prepare(ctx)
+        try:
+            argv, env = self._prepare(ctx)
+        except BaseException:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
         timeout = float(ctx["timeout_s"])
         started = time.time()
         timed_out = False
         try:
             with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
                 try:
+                    # stdin is always /dev/null: Codex otherwise waits for EOF and appends stdin to the prompt.
                     proc = await asyncio.create_subprocess_exec(
                         *argv, cwd=str(spec.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
                         stdout=out, stderr=err, start_new_session=True,

@@ -85,7 +85,6 @@ class Recipe(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     """Path template (relative paths are under the episode's private dir) -> content template."""
-    stdin: Literal["devnull", "closed"] = "devnull"
     model: str = "policy"
     """The model name the harness sends; the proxy's alias maps any name to the policy."""
     max_turns: int | None = None
