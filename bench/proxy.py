@@ -2,10 +2,11 @@
 
 The fake upstream and the proxy each run in their own process (the proxy via the real `alight proxy`
 command, ad-hoc episodes), so the proxy's CPU time is read exactly from /proc/<pid>/stat (all threads,
-recorder included). The load generator is this process (raw aiohttp). With 2+ CPUs the proxy is pinned to
-the last one and everything else to the others, as in research/proxy-engines.md.
+recorder included). The load generator is this process (raw aiohttp). With --pin (and 2+ CPUs) the proxy is
+pinned to the last CPU and everything else to the others, as in research/proxy-engines.md; on a machine
+shared with other work, pinning can starve the proxy, so it is off by default.
 
-    python bench/proxy.py [--rounds 2] [--quick]
+    python bench/proxy.py [--rounds 2] [--quick] [--pin]
 """
 
 from __future__ import annotations
@@ -171,9 +172,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
+    parser.add_argument("--pin", action="store_true", help="pin the proxy to its own CPU")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
-    mine, proxy_cpus = (set(cpus[:-1]), {cpus[-1]}) if len(cpus) > 1 else (None, None)
+    load_before = os.getloadavg()
+    mine, proxy_cpus = (set(cpus[:-1]), {cpus[-1]}) if args.pin and len(cpus) > 1 else (None, None)
     tmp = Path(tempfile.mkdtemp(prefix="alight-bench-"))
     procs: list[subprocess.Popen] = []
     try:
@@ -199,7 +202,8 @@ def main() -> None:
             "c64_rps>=60%direct": row["json_c64_rps_vs_direct"] >= 0.6,
             "added_ttfb<=2ms": row["ttfb_added_p50_ms"] <= 2.0,
         }
-    report = {"rows": rows, "proxy_peak_rss_mb": rss, "cpus": len(cpus), "rounds": args.rounds,
+    report = {"rows": rows, "proxy_peak_rss_mb": rss, "cpus": len(cpus), "pinned": bool(mine), "rounds": args.rounds,
+              "load_avg_before": load_before,
               "load_avg_after": os.getloadavg(), "reply_tokens": {"json": 40, "sse": 200}}
     print_table(rows, rss)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
