@@ -125,3 +125,24 @@ async def test_64_concurrent_streaming_episodes_all_recorded_none_mixed(tmp_path
         assert env.proxy.gate.in_flight == 0 and env.fake.requests[0]["model"] == POLICY
     finally:
         await stop_env(env)
+
+
+async def test_stop_during_a_stream_records_it_as_partial(tmp_path):
+    env = await start_env(tmp_path, FakeScript(turns=["z" * 400], event_delay_s=0.02))
+    try:
+        ep, key = env.episode()
+        client = openai.AsyncOpenAI(base_url=env.proxy.episode_base_url(ep), api_key=key, max_retries=0)
+        stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
+        got, stopping = 0, None
+        try:
+            async for _ in stream:  # ends (without [DONE]) when the proxy's grace period runs out
+                got += 1
+                if got == 3:
+                    stopping = asyncio.get_running_loop().create_task(env.proxy.stop(grace=0.2))
+        except openai.APIError:
+            pass
+        await stopping
+        [call] = await env.calls(ep, 1)
+        assert call.status == "partial" and 0 < len(call.completion_token_ids) < 401
+    finally:
+        await stop_env(env)

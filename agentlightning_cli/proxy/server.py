@@ -60,6 +60,7 @@ class Proxy:
         self._connections = connections
         self._keys: dict[str, bytes] = {}
         self._create_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
         self._runner: web.ServerRunner | None = None
         self.session: aiohttp.ClientSession = None  # type: ignore[assignment]  # made in start(), on the loop
 
@@ -82,8 +83,18 @@ class Proxy:
         self.base_url = f"http://{bound[0]}:{bound[1]}"
         return self
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop listening, give in-flight requests `grace` seconds, then cut them (streams are recorded as
+        partial), and flush the recorder."""
         if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=grace)
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=grace)
             await self._runner.cleanup()
             self._runner = None
         if self.session is not None:
@@ -123,6 +134,14 @@ class Proxy:
 
     # -- requests ---------------------------------------------------------------------------------------
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        task = asyncio.current_task()
+        self._tasks.add(task)  # type: ignore[arg-type]  # so stop() can cut what outlives its grace period
+        try:
+            return await self._dispatch(request)
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         started = time.time()
         match = EPISODE_PATH.match(request.path)
         if match is None:
