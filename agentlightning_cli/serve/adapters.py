@@ -30,9 +30,13 @@ def make_adapter(base_model: Path, out: Path, rank: int, alpha: int | None = Non
     The base model is built on the meta device from its config, so no weights are read: this stays cheap for
     a 7B model too. Only the adapter tensors are materialised.
     """
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError as exc:
+        raise AlightError(f"making a LoRA adapter needs torch, transformers and peft ({exc})",
+                          "pip install 'agentlightning-cli[train]'") from exc
 
     config = AutoConfig.from_pretrained(base_model, local_files_only=True)
     with torch.device("meta"):

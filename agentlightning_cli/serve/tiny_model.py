@@ -15,6 +15,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from agentlightning_cli.errors import AlightError
+
 # Bump when the output changes (tokenizer, template, config), so cached copies are rebuilt under a new name.
 TINY_MODEL_VERSION = "1"
 VOCAB_TARGET = 4096
@@ -73,9 +75,13 @@ def chat_template() -> str:
 
 def build_tiny_model(out: Path, seed: int = 0) -> Path:
     """Write tokenizer + config + random bf16 weights to `out` (created; must not exist or be empty)."""
-    import torch
-    from tokenizers import AddedToken
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    try:
+        import torch
+        from tokenizers import AddedToken
+        from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    except ImportError as exc:
+        raise AlightError(f"building the tiny model needs torch and transformers ({exc})",
+                          "pip install 'agentlightning-cli[train]'") from exc
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
