@@ -51,6 +51,9 @@ class SamplingOverrides(Section):
     top_p: float | None = None
     max_tokens_cap: int | None = None
     """Upper bound on max_tokens / max_output_tokens; the client's smaller value wins."""
+    tool_choice: Literal["auto", "required", "none"] | None = None
+    """Forced on every request that offers tools. `required` makes each turn a tool call (vLLM enforces it with
+    structured outputs), so even an untrained model drives a harness through tool use to its turn limit."""
 
 
 class Budgets(Section):

@@ -17,7 +17,7 @@ import orjson
 # vLLM-only fields (not in OpenAI's schema); prompt_token_ids, token_ids and prompt_logprobs stay only when asked.
 VLLM_TOP = ("prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics")
 VLLM_CHOICE = ("stop_reason", "routed_experts")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n", "seed",
+SAMPLING_KEYS = ("tool_choice", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n", "seed",
                  "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "top_logprobs")
 
 
@@ -73,6 +73,8 @@ def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
         up["temperature"] = sampling.temperature
     if sampling.top_p is not None:
         up["top_p"] = sampling.top_p
+    if sampling.tool_choice is not None and body.get("tools"):
+        up["tool_choice"] = sampling.tool_choice
     cap = sampling.max_tokens_cap
     if cap is not None:
         keys = [k for k in ("max_completion_tokens", "max_tokens") if up.get(k) is not None]
