@@ -17,6 +17,8 @@ from typing import Any
 
 log = logging.getLogger("alight.proxy")
 _STOP = object()
+# Records written per store transaction at most: bounds how long one write holds the GIL and the db lock.
+BATCH = 32
 
 
 class Recorder:
@@ -47,23 +49,57 @@ class Recorder:
         return future
 
     def _run(self) -> None:
+        # Group commit: take everything queued (up to BATCH records) and write it in ONE store transaction,
+        # then resolve every waiter. At concurrency this amortises BEGIN/COMMIT and the per-episode lookups;
+        # with one request in flight a batch is that one record, as before. Store calls (`call`) keep their
+        # place in the FIFO order: records queued before one are written before it runs.
+        pending: list[tuple[Any, concurrent.futures.Future]] = []
         while True:
             item = self._queue.get()
-            if item is _STOP:
-                return
-            payload, future = item
-            try:
+            while True:
+                if item is _STOP:
+                    self._write(pending)
+                    return
+                payload, future = item
                 if isinstance(payload, tuple):
-                    result = payload[0](*payload[1])
+                    self._write(pending)
+                    pending = []
+                    self._call(payload, future)
                 else:
-                    result = self.store.add_call(payload)
-            except BaseException as exc:  # noqa: BLE001 - any store failure must stop traffic
-                if not isinstance(payload, tuple) and self.failure is None:
-                    log.error("store write failed; proxy now answers 503: %s", exc)
-                    self.failure = exc
+                    pending.append(item)
+                    if len(pending) >= BATCH:
+                        self._write(pending)
+                        pending = []
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._write(pending)
+            pending = []
+
+    def _write(self, batch: list[tuple[Any, concurrent.futures.Future]]) -> None:
+        if not batch:
+            return
+        try:
+            calls = self.store.add_calls([record for record, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - any store failure must stop traffic
+            if self.failure is None:
+                log.error("store write failed; proxy now answers 503: %s", exc)
+                self.failure = exc
+            for _, future in batch:  # all or none were written: every waiter learns it failed
                 future.set_exception(exc)
-            else:
-                future.set_result(result)
+        else:
+            for (_, future), call in zip(batch, calls):
+                future.set_result(call)
+
+    @staticmethod
+    def _call(payload: tuple, future: concurrent.futures.Future) -> None:
+        try:
+            result = payload[0](*payload[1])
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
 
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)

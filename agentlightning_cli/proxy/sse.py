@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import json
 
-# Compact separators, raw UTF-8: the smallest and fastest encoding json offers; reused across calls because
+import orjson
+
+# Compact separators, raw UTF-8, for what orjson refuses (ints past 64 bits, ...); reused across calls because
 # json.dumps builds a new encoder whenever it gets keyword arguments.
-dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_fallback = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def dump_bytes(payload: object) -> bytes:
+    """Compact UTF-8 JSON; orjson is several times cheaper per event than the json module."""
+    try:
+        return orjson.dumps(payload)
+    except TypeError:
+        return _fallback(payload).encode()
+
+
+def dumps(payload: object) -> str:
+    return dump_bytes(payload).decode()
 
 
 def encode(event: str, payload: dict) -> bytes:
-    """One named SSE event: `event: <type>\\ndata: <json>\\n\\n`."""
-    return f"event: {event}\ndata: {dumps(payload)}\n\n".encode()
+    """One named SSE event: `event: <type>\ndata: <json>\n\n`."""
+    return b"event: " + event.encode() + b"\ndata: " + dump_bytes(payload) + b"\n\n"
 
 
 def encode_raw(event: str, data: str) -> bytes:

@@ -6,6 +6,7 @@ Everything here round-trips bit-exactly; nothing is re-tokenised, rounded or re-
 from __future__ import annotations
 
 import sys
+import threading
 from array import array
 
 import zstandard
@@ -19,6 +20,9 @@ _BIG_ENDIAN = sys.byteorder == "big"
 # Level 3 is zstd's default: ~10x faster than high levels and, with the previous body as dictionary,
 # the delta of a chat request is already tiny (only the new messages are encoded).
 _LEVEL = 3
+# Building a ZstdCompressor costs ~30 µs (context allocation), compressing a 2 KB body with one ~4 µs: plain
+# frames reuse one context per thread (a context must not be used by two threads at once).
+_contexts = threading.local()
 
 
 def pack_ids(ids: list[int]) -> bytes:
@@ -95,11 +99,17 @@ def text_out(value: object) -> object:
 
 
 def compress(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor(level=_LEVEL).compress(data)
+    compressor = getattr(_contexts, "compressor", None)
+    if compressor is None:
+        compressor = _contexts.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+    return compressor.compress(data)
 
 
 def decompress(data: bytes) -> bytes:
-    return zstandard.ZstdDecompressor().decompress(data)
+    decompressor = getattr(_contexts, "decompressor", None)
+    if decompressor is None:
+        decompressor = _contexts.decompressor = zstandard.ZstdDecompressor()
+    return decompressor.decompress(data)
 
 
 def compress_delta(data: bytes, base: bytes) -> bytes:

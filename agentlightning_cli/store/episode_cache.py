@@ -69,13 +69,13 @@ class EpisodeCache:
             if state is None or state.last_seq != seq - 1:
                 self._states.pop(episode_id, None)  # out of order (concurrent writers): re-read next time
                 return
-            recent = state.recent_ids if ids is None else [(seq, ids), *state.recent_ids][:RECENT_CALLS]
-            merged = dict(state.bodies)
-            for kind, base in bodies.items():
-                merged[kind] = BodyBase(seq=seq, raw=base.raw, chain=base.chain, chain_bytes=base.chain_bytes)
-            self._states[episode_id] = EpisodeState(seq, call_id, recent, merged)
+            self._states[episode_id] = advance(state, seq, call_id, ids, bodies)
             self._states.move_to_end(episode_id)
             self._evict()
+
+    def put(self, episode_id: str, state: EpisodeState) -> None:
+        """Remember `state` (committed calls only; a stale state is caught up by `current`, never trusted)."""
+        self._store(episode_id, state)
 
     def _store(self, episode_id: str, state: EpisodeState) -> None:
         with self._lock:
@@ -88,6 +88,15 @@ class EpisodeCache:
         while len(self._states) > 1 and (len(self._states) > MAX_EPISODES or total > MAX_BYTES):
             _, evicted = self._states.popitem(last=False)
             total -= evicted.nbytes
+
+
+def advance(state: EpisodeState, seq: int, call_id: str, ids: bytes | None, bodies: dict[str, BodyBase]) -> EpisodeState:
+    """The state after call `seq` (which directly follows `state`) with these packed ids and bodies."""
+    recent = state.recent_ids if ids is None else [(seq, ids), *state.recent_ids][:RECENT_CALLS]
+    merged = dict(state.bodies)
+    for kind, base in bodies.items():
+        merged[kind] = BodyBase(seq=seq, raw=base.raw, chain=base.chain, chain_bytes=base.chain_bytes)
+    return EpisodeState(seq, call_id, recent, merged)
 
 
 def _catch_up(conn: sqlite3.Connection, episode_id: str, state: EpisodeState | None) -> EpisodeState:

@@ -20,7 +20,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.store import calls as call_rows
 from agentlightning_cli.store import codec
 from agentlightning_cli.store.connection import connect, write_transaction
-from agentlightning_cli.store.episode_cache import EpisodeCache
+from agentlightning_cli.store.episode_cache import EpisodeCache, EpisodeState, advance
 from agentlightning_cli.store.ids import new_id
 from agentlightning_cli.store.migrations import apply_migrations
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run
@@ -204,30 +204,47 @@ class Store:
     # calls -------------------------------------------------------------------------------------------
     def add_call(self, record: CallRecord) -> Call:
         """Store one call; its seq is the episode's next (0, 1, 2, ...) even with concurrent writers."""
-        if not isinstance(codec.text_in(record.episode_id), str):
-            raise LookupError(f"no episode {record.episode_id!r}: create it before storing its calls")
-        conn = self._conn()
-        state = self._cache.current(conn, record.episode_id)
-        row, ids, bodies = call_rows.encode_call(record, state.recent_ids, state.bodies, self.keyframes)
-        row["id"] = new_id("call")
+        return self.add_calls([record])[0]
 
-        def insert(c: sqlite3.Connection) -> int:
-            if c.execute("SELECT 1 FROM episodes WHERE id = ?", (record.episode_id,)).fetchone() is None:
+    def add_calls(self, records: list[CallRecord]) -> list[Call]:
+        """Store several calls in ONE transaction (all or none), in order: one BEGIN/COMMIT for a whole batch
+        is what lets a busy proxy record hundreds of calls a second. Each is encoded as `add_call` would."""
+        for record in records:
+            if not isinstance(codec.text_in(record.episode_id), str):
                 raise LookupError(f"no episode {record.episode_id!r}: create it before storing its calls")
-            seq = c.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM calls WHERE episode_id = ?",
-                            (record.episode_id,)).fetchone()[0]
-            row["seq"] = seq
-            c.execute(f"INSERT INTO calls ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                      tuple(row.values()))
-            return seq
+        conn = self._conn()
 
-        seq = write_transaction(conn, insert)
-        self._cache.committed(record.episode_id, seq, row["id"], ids, bodies)
-        values = {name: getattr(record, name) for name in record.__dataclass_fields__}
-        for kind in (*call_rows.DELTA_KINDS, *call_rows.PLAIN_KINDS):  # what get_call will return
-            values[kind] = None if values[kind] is None else bytes(values[kind])
-        values["stream"] = bool(record.stream)
-        return Call(**values, id=row["id"], seq=seq)
+        def insert(c: sqlite3.Connection) -> tuple[list[tuple[str, int]], dict[str, EpisodeState]]:
+            # Encoded inside the write lock: each call's bases are the rows just before it, committed or
+            # earlier in this same transaction, so a batch never references a call that might not exist.
+            states: dict[str, EpisodeState] = {}
+            placed = []
+            for record in records:
+                ep = record.episode_id
+                state = states.get(ep)
+                if state is None:
+                    state = self._cache.current(c, ep)
+                    if state.last_seq < 0 and c.execute("SELECT 1 FROM episodes WHERE id = ?", (ep,)).fetchone() is None:
+                        raise LookupError(f"no episode {ep!r}: create it before storing its calls")
+                row, ids, bodies = call_rows.encode_call(record, state.recent_ids, state.bodies, self.keyframes)
+                row["id"], row["seq"] = new_id("call"), state.last_seq + 1
+                c.execute(f"INSERT INTO calls ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                          tuple(row.values()))
+                states[ep] = advance(state, row["seq"], row["id"], ids, bodies)
+                placed.append((row["id"], row["seq"]))
+            return placed, states
+
+        placed, states = write_transaction(conn, insert)
+        for ep, state in states.items():
+            self._cache.put(ep, state)
+        out = []
+        for record, (call_id, seq) in zip(records, placed):
+            values = {name: getattr(record, name) for name in record.__dataclass_fields__}
+            for kind in (*call_rows.DELTA_KINDS, *call_rows.PLAIN_KINDS):  # what get_call will return
+                values[kind] = None if values[kind] is None else bytes(values[kind])
+            values["stream"] = bool(record.stream)
+            out.append(Call(**values, id=call_id, seq=seq))
+        return out
 
     def get_calls(self, episode_id: str) -> list[Call]:
         """Every call of the episode in seq order, with full token ids and exact body bytes."""
