@@ -40,7 +40,10 @@ class Recorder:
 
     async def write(self, record: Any) -> Any:
         """Write and wait for the store to confirm; raises what the store raised."""
-        return await asyncio.wrap_future(self.submit(record))
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._queue.put((record, (loop, waiter)))  # settled by _settle, one loop wake-up per batch
+        return await waiter
 
     def call(self, fn, *args: Any) -> concurrent.futures.Future:
         """Run another store call on the writer thread (keeps the store single-writer)."""
@@ -53,7 +56,7 @@ class Recorder:
         # then resolve every waiter. At concurrency this amortises BEGIN/COMMIT and the per-episode lookups;
         # with one request in flight a batch is that one record, as before. Store calls (`call`) keep their
         # place in the FIFO order: records queued before one are written before it runs.
-        pending: list[tuple[Any, concurrent.futures.Future]] = []
+        pending: list[tuple[Any, Any]] = []
         while True:
             item = self._queue.get()
             while True:
@@ -77,7 +80,7 @@ class Recorder:
             self._write(pending)
             pending = []
 
-    def _write(self, batch: list[tuple[Any, concurrent.futures.Future]]) -> None:
+    def _write(self, batch: list[tuple[Any, Any]]) -> None:
         if not batch:
             return
         try:
@@ -86,11 +89,22 @@ class Recorder:
             if self.failure is None:
                 log.error("store write failed; proxy now answers 503: %s", exc)
                 self.failure = exc
-            for _, future in batch:  # all or none were written: every waiter learns it failed
-                future.set_exception(exc)
+            outcomes = [(waiter, None, exc) for _, waiter in batch]  # all or none were written
         else:
-            for (_, future), call in zip(batch, calls):
-                future.set_result(call)
+            outcomes = [(waiter, call, None) for (_, waiter), call in zip(batch, calls)]
+        by_loop: dict[Any, list] = {}
+        for waiter, result, exc in outcomes:
+            if isinstance(waiter, tuple):  # an asyncio future: settle on its loop, one wake-up per loop
+                by_loop.setdefault(waiter[0], []).append((waiter[1], result, exc))
+            elif exc is not None:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(result)
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
     @staticmethod
     def _call(payload: tuple, future: concurrent.futures.Future) -> None:
@@ -104,3 +118,13 @@ class Recorder:
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
         self._thread.join(timeout)
+
+
+def _settle(settled: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
+    for waiter, result, exc in settled:
+        if waiter.done():  # cancelled (the client went away); the record is written all the same
+            continue
+        if exc is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(result)

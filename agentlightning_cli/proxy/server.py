@@ -7,6 +7,7 @@ vLLM: measured the cheapest pairing on this kind of machine (research/proxy-engi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -31,7 +32,10 @@ EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
 PREFLIGHT = ("/", "/api/hello")
 
 
+@functools.lru_cache(maxsize=1024)
 def _digest(key: str) -> bytes:
+    # Cached: every request presents its episode's key again, and hashing it each time costs more than
+    # the lookup (the registry holds these digests anyway).
     return hashlib.sha256(key.encode()).digest()
 
 
