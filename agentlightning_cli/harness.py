@@ -61,6 +61,7 @@ def episode_context(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epi
     return {
         "prompt": spec.prompt, "workspace": str(spec.workspace), "episode_id": spec.episode_id,
         "episode_dir": str(episode_dir), "home": str(episode_dir / "home"), "tmpdir": str(tmpdir),
+        "prompt_file": str(episode_dir / "prompt.txt"),  # the prompt, written before launch (see Recipe.stdin)
         "base_url": spec.base_url, "api_key": spec.api_key, "model": spec.model or recipe.model,
         "install_dir": str(installed.dir), "bin_dir": str(installed.bin_dir), "executable": str(installed.executable),
         "is_root": os.geteuid() == 0,
@@ -121,10 +122,11 @@ class HarnessEpisode:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
 
-    def _prepare(self, ctx: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    def _prepare(self, ctx: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
         recipe = self.recipe
         for folder in (self.episode_dir, Path(ctx["home"]), self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        Path(ctx["prompt_file"]).write_text(self.spec.prompt, encoding="utf-8")
         for path_t, content_t in recipe.files.items():
             path = Path(recipe.render(path_t, ctx))
             path = path if path.is_absolute() else self.episode_dir / path
@@ -140,7 +142,8 @@ class HarnessEpisode:
                 env[name] = value
             else:  # a template that renders empty means "leave unset" (e.g. IS_SANDBOX only as root)
                 env.pop(name, None)
-        return [recipe.render(part, ctx) for part in recipe.command], env
+        stdin = recipe.render(recipe.stdin, ctx) if recipe.stdin is not None else None
+        return [recipe.render(part, ctx) for part in recipe.command], env, stdin
 
     async def run(self) -> Outcome:
         self._loop = asyncio.get_running_loop()
@@ -153,7 +156,7 @@ class HarnessEpisode:
         stdout_path = self.log_dir / f"{spec.episode_id}.stdout"
         stderr_path = self.log_dir / f"{spec.episode_id}.stderr"
         try:
-            argv, env = self._prepare(ctx)
+            argv, env, stdin_path = self._prepare(ctx)
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise
@@ -163,11 +166,13 @@ class HarnessEpisode:
         try:
             with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
                 try:
-                    # stdin is always /dev/null: Codex otherwise waits for EOF and appends stdin to the prompt.
-                    proc = await asyncio.create_subprocess_exec(
-                        *argv, cwd=str(spec.workspace), env=env, stdin=asyncio.subprocess.DEVNULL,
-                        stdout=out, stderr=err, start_new_session=True,
-                    )
+                    # stdin is a file or /dev/null, never a pipe: Codex otherwise waits for EOF and appends
+                    # stdin to the prompt.
+                    with open(stdin_path or os.devnull, "rb") as stdin:
+                        proc = await asyncio.create_subprocess_exec(
+                            *argv, cwd=str(spec.workspace), env=env, stdin=stdin,
+                            stdout=out, stderr=err, start_new_session=True,
+                        )
                 except OSError as exc:
                     return Outcome("harness_error", reason=f"cannot start {argv[0]}: {exc.strerror or exc}",
                                    stdout_path=str(stdout_path), stderr_path=str(stderr_path))

@@ -85,6 +85,9 @@ class Recipe(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     """Path template (relative paths are under the episode's private dir) -> content template."""
+    stdin: str | None = None
+    """A file path template fed to the harness's stdin, e.g. "{{ prompt_file }}" for a harness that reads its
+    prompt from stdin (argv is limited to 128 KB per argument); unset means /dev/null."""
     model: str = "policy"
     """The model name the harness sends; the proxy's alias maps any name to the policy."""
     max_turns: int | None = None
@@ -109,6 +112,7 @@ def dummy_context() -> dict[str, Any]:
         "home": "/tmp/ep/home", "tmpdir": "/tmp/alight-x", "base_url": "http://127.0.0.1:1/e/ep-dummy/v1",
         "api_key": "key", "model": "policy", "install_dir": "/tmp/h", "bin_dir": "/tmp/h/bin",
         "executable": "/tmp/h/bin/x", "is_root": True, "max_turns": 10, "timeout_s": 60.0,
+        "prompt_file": "/tmp/ep/prompt.txt",
     }
 
 
@@ -124,6 +128,7 @@ def _check_templates(recipe: Recipe, where: str) -> None:
     for path, content in recipe.files.items():
         pieces += [(f"files[{path!r}] (path)", path), (f"files[{path!r}]", content)]
     pieces += [(f"stop.cleanup[{i}][{j}]", t) for i, cmd in enumerate(recipe.stop.cleanup) for j, t in enumerate(cmd)]
+    pieces += [("stdin", recipe.stdin)] if recipe.stdin is not None else []
     pieces += [("outcome.source", recipe.outcome.source), ("outcome.require_reason", recipe.outcome.require_reason)]
     pieces += [(f"outcome.errors[{i}].reason", r.reason) for i, r in enumerate(recipe.outcome.errors)]
     for key, template in pieces:
