@@ -88,7 +88,7 @@ class Exchange:
         """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
         self.fields["upstream_request"] = body
         try:
-            return await self.proxy.session.post(self.proxy.upstream_url + path, data=body,
+            return await self.proxy.session.post(self.proxy.upstream(path), data=body,
                                                  headers={"Content-Type": JSON_TYPE})
         except UPSTREAM_DOWN as exc:
             raise ProxyReject(502, f"alight: upstream model server unreachable: {exc or type(exc).__name__}",

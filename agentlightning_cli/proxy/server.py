@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 from agentlightning_cli.proxy.chat import resolve_model
@@ -63,6 +64,7 @@ class Proxy:
         self.base_url = ""
         self._connections = connections
         self._keys: dict[str, bytes] = {}
+        self._urls: dict[str, yarl.URL] = {}
         self._create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._runner: web.ServerRunner | None = None
@@ -74,7 +76,10 @@ class Proxy:
         port = self.settings.port if port is None else port
         connector = aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=300)
         # Accept-Encoding left out: vLLM does not compress and we re-serialise what it sends.
+        # DummyCookieJar: a cookie the upstream sets must not ride along on other episodes' requests, and
+        # skipping the jar saves filtering cookies on every request.
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             cookie_jar=aiohttp.DummyCookieJar(),
                                              skip_auto_headers=("Accept-Encoding", "User-Agent"),
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
@@ -127,6 +132,13 @@ class Proxy:
         """Wait until every forwarded request has answered and its record is in the store."""
         await self.gate.drain()
         await asyncio.wrap_future(self.recorder.call(lambda: None))  # the writer queue is FIFO
+
+    def upstream(self, path: str) -> yarl.URL:
+        """The upstream URL for `path`, parsed once (aiohttp re-parses a str URL on every request)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = yarl.URL(self.upstream_url + path)
+        return url
 
     def upstream_model(self, client_model: str | None) -> str:
         return resolve_model(client_model, self.settings.model_aliases, self.policy)
