@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,3 +82,23 @@ def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: P
         calls = store.get_calls("by-hand")
         assert len(calls) == 1 and calls[0].model == "policy-r0" and calls[0].completion_token_ids
         assert store.get_run("demo") is not None
+
+
+def test_serve_reports_a_missing_model_and_a_taken_port_before_starting_anything(tmp_path: Path) -> None:
+    def serve(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agentlightning_cli", "serve", "--run", "x", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+
+    done = serve("--model", str(tmp_path / "nope"))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: model directory {tmp_path / 'nope'} does not exist\nhint: pass --model")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        done = serve("--model", str(model), "--port", str(port))
+    assert done.returncode == 1 and f"error: port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert not (tmp_path / "runs").exists()

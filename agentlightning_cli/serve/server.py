@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentlightning_cli.config import Settings
+from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve import banner
-from agentlightning_cli.serve.policy import PolicyServer
+from agentlightning_cli.serve.policy import PolicyServer, resolve_model
+from agentlightning_cli.serve.vllm import check_model_dir, port_is_free
 
 DRAIN_TIMEOUT_S = 10.0
 
@@ -70,7 +72,14 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
     """Blocking: start everything, print the banner, wait for Ctrl-C, stop everything (vLLM last)."""
     if port is not None:
         settings.proxy.port = port
+    if settings.proxy.port and not port_is_free(settings.proxy.host, settings.proxy.port):
+        # Checked before vLLM's 20-60 s startup, not after it.
+        raise AlightError(f"port {settings.proxy.port} on {settings.proxy.host} is already in use",
+                          "pick another with --port, or omit it for a free one")
     name = run_name or default_run_name()
+    # A wrong --model is reported before anything is written under runs/.
+    model = resolve_model(settings, model)
+    check_model_dir(model)
     # SIGTERM during vLLM's startup must unwind like Ctrl-C (the process group is stopped on the way out).
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
