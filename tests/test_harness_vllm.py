@@ -82,7 +82,8 @@ async def test_codex_runs_tool_turns_until_the_call_budget_on_real_vllm(vllm_url
     served, refused = calls[:CODEX_CALLS], calls[CODEX_CALLS:]
     _assert_recorded_ok(served, 64)
     # The call past the budget is recorded too, refused before it reached vLLM (a retry may be refused as well).
-    assert refused and all(c.status == "budget_exceeded" and c.http_status == 400 for c in refused), calls
+    assert refused and all(c.status == "budget_exceeded" and c.http_status == 400 and c.upstream_request is None
+                           for c in refused), calls
     for call in served:
         assert call.protocol == "openai-responses" and call.stream
         assert call.sampling["tool_choice"] == "required"
