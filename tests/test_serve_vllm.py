@@ -150,3 +150,22 @@ def test_stop_leaves_no_process_behind(tiny: Path, tmp_path: Path, server: VLLMS
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"{server.base_url}/health", timeout=2)
     server.stop()  # idempotent
+
+
+def test_command_line_carries_alights_flags_and_gpu_settings(tiny: Path) -> None:
+    from agentlightning_cli.serve.vllm import build_command, server_env
+
+    cpu = build_command("py", tiny, 1234, SETTINGS)
+    assert cpu[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    for flag, value in (("--max-lora-rank", "8"), ("--max-loras", "2"), ("--tool-call-parser", "hermes"),
+                        ("--logprobs-mode", "processed_logprobs"), ("--kv-cache-memory-bytes", str(SETTINGS.kv_cache_bytes)),
+                        ("--port", "1234"), ("--host", "127.0.0.1"), ("--served-model-name", "base")):
+        assert cpu[cpu.index(flag) + 1] == value
+    assert "--enable-lora" in cpu and "--enable-auto-tool-choice" in cpu
+    gpu = build_command("py", tiny, 1, SETTINGS.model_copy(update={
+        "gpu_memory_utilization": 0.8, "tensor_parallel_size": 2, "extra_args": ["--seed", "7"]}))
+    assert "--kv-cache-memory-bytes" not in gpu and gpu[gpu.index("--gpu-memory-utilization") + 1] == "0.8"
+    assert gpu[gpu.index("--tensor-parallel-size") + 1] == "2" and gpu[-2:] == ["--seed", "7"]
+    env = server_env({"PATH": "/bin"})
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
