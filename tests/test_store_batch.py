@@ -103,3 +103,29 @@ def test_recorder_failure_fails_every_waiter_of_the_batch(tmp_path: Path):
                 future.result(10)
         assert not recorder.healthy
         recorder.close()
+
+
+def test_cancelled_waiters_do_not_stop_the_recorder(tmp_path: Path):
+    import asyncio
+
+    rng = random.Random(14)
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k").id
+        records = conversation(rng, ep, 4)
+        recorder = Recorder(store)
+        gate = threading.Event()
+        blocked = recorder.call(gate.wait, 10)  # the writer is busy: what follows queues up
+
+        async def scenario():
+            cancelled_call = recorder.call(lambda: None)
+            cancelled_call.cancel()  # e.g. a drain() cut by Proxy.stop
+            task = asyncio.ensure_future(recorder.write(records[0]))
+            await asyncio.sleep(0.05)
+            task.cancel()  # the client went away while its answer waited for the record
+            gate.set()
+            return await asyncio.wait_for(recorder.write(records[1]), 10)  # hangs if the writer died
+
+        assert asyncio.run(scenario()).seq == 1 and blocked.result(10)
+        assert recorder.submit(records[2]).result(10).seq == 2 and recorder.healthy
+        recorder.close()
+        assert [c.seq for c in store.get_calls(ep)] == [0, 1, 2]

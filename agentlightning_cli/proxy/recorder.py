@@ -96,10 +96,8 @@ class Recorder:
         for waiter, result, exc in outcomes:
             if isinstance(waiter, tuple):  # an asyncio future: settle on its loop, one wake-up per loop
                 by_loop.setdefault(waiter[0], []).append((waiter[1], result, exc))
-            elif exc is not None:
-                waiter.set_exception(exc)
             else:
-                waiter.set_result(result)
+                _resolve(waiter, result, exc)
         for loop, settled in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_settle, settled)
@@ -111,9 +109,9 @@ class Recorder:
         try:
             result = payload[0](*payload[1])
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            future.set_exception(exc)
+            _resolve(future, None, exc)
         else:
-            future.set_result(result)
+            _resolve(future, result, None)
 
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
@@ -128,3 +126,15 @@ def _settle(settled: list[tuple[asyncio.Future, Any, BaseException | None]]) -> 
             waiter.set_exception(exc)
         else:
             waiter.set_result(result)
+
+
+def _resolve(future: concurrent.futures.Future, result: Any, exc: BaseException | None) -> None:
+    # A caller may have cancelled its future (a task cut by Proxy.stop, via asyncio.wrap_future): setting it
+    # would raise in this thread and end it, and with it all recording.
+    try:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
