@@ -52,8 +52,10 @@ class SamplingOverrides(Section):
     max_tokens_cap: int | None = None
     """Upper bound on max_tokens / max_output_tokens; the client's smaller value wins."""
     tool_choice: Literal["auto", "required", "none"] | None = None
-    """Forced on every request that offers tools. `required` makes each turn a tool call (vLLM enforces it with
-    structured outputs), so even an untrained model drives a harness through tool use to its turn limit."""
+    """Forced on every request that offers tools. With `required` vLLM constrains each answer to start a call of
+    an offered tool; an untrained model then still ends a streamed turn with a tool call, which keeps a
+    streaming harness (Codex) calling until its budget. Arguments stay unconstrained, so non-streamed answers
+    from a random model usually fail vLLM's tool parser and come back as text."""
 
 
 class Budgets(Section):
