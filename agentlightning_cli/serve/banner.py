@@ -24,10 +24,11 @@ OpenHands:
   LLM_MODEL=openai/policy LLM_BASE_URL={base}/e/oh-1/v1 LLM_API_KEY=any-secret-2 \\
   openhands --headless --override-with-envs -t "your task"
 
-Claude Code:
+Claude Code (a known Claude model name keeps its requests plain; the proxy serves them with the policy):
   ANTHROPIC_BASE_URL={base}/e/cc-1 ANTHROPIC_API_KEY=any-secret-3 ANTHROPIC_MODEL=claude-sonnet-4-5 \\
-  ANTHROPIC_SMALL_FAST_MODEL=claude-sonnet-4-5 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \\
-  CLAUDE_CODE_ATTRIBUTION_HEADER=0 claude -p "your task"
+  ANTHROPIC_DEFAULT_HAIKU_MODEL=claude-sonnet-4-5 CLAUDE_CODE_SUBAGENT_MODEL=claude-sonnet-4-5 \\
+  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_ATTRIBUTION_HEADER=0 CLAUDE_CODE_DISABLE_THINKING=1 \\
+  claude -p "your task"
 
 Codex (Responses only; add to $CODEX_HOME/config.toml, then EPISODE_API_KEY=any-secret-4 codex exec "your task"):
   model = "policy"
