@@ -56,7 +56,8 @@ class Exchange:
         """Answer only once the record is durable (fail closed: a failed write becomes a 503)."""
         record = self.record(outcome, http_status, response=body, **fields)
         try:
-            await self.proxy.recorder.write(record)
+            # Inline when this is the only request in flight: nothing else waits on the loop meanwhile.
+            await self.proxy.recorder.write(record, inline=self.proxy.gate.in_flight <= 1)
         except Exception as exc:  # noqa: BLE001 - any store failure means we must not serve this answer
             return self.proxy.unavailable(self.protocol, exc)
         return web.Response(status=http_status, body=body, headers={"Content-Type": content_type})

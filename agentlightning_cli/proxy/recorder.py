@@ -1,4 +1,5 @@
-"""Writes CallRecords to the store from one writer thread, off the event loop.
+"""Writes CallRecords to the store from one writer thread, off the event loop, a whole queue at a time (one
+store transaction per batch); a lone JSON request's record is written inline when the writer is idle.
 
 Fail-closed: the first write that raises marks the recorder broken; from then on the proxy answers 503
 to every new request (nothing unrecorded is served) until it is restarted. JSON answers are held until their
@@ -26,6 +27,12 @@ class Recorder:
         self.store = store
         self.failure: BaseException | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # Writes happen one at a time, in queue order: the writer thread holds _write_lock per batch, and an
+        # inline write (see `write`) only runs when everything queued before it is done (_done == _queued).
+        self._write_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._queued = 0
+        self._done = 0
         self._thread = threading.Thread(target=self._run, name="alight-recorder", daemon=True)
         self._thread.start()
 
@@ -35,20 +42,36 @@ class Recorder:
 
     def submit(self, record: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((record, future))
+        self._put((record, future))
         return future
 
-    async def write(self, record: Any) -> Any:
-        """Write and wait for the store to confirm; raises what the store raised."""
+    def _put(self, item: Any) -> None:
+        with self._count_lock:
+            self._queued += 1
+        self._queue.put(item)
+
+    async def write(self, record: Any, inline: bool = False) -> Any:
+        """Write and wait for the store to confirm; raises what the store raised.
+
+        `inline`: the caller knows nothing else is in flight. Then, if the writer is idle, the record is
+        written right here on the event loop (~0.2 ms it has nothing else to do in) instead of handing it to
+        the writer thread and back: two cross-thread wake-ups saved, most of one request's recording overhead
+        when requests come one at a time."""
+        if inline and self._done == self._queued and self._write_lock.acquire(blocking=False):
+            try:
+                if self._done == self._queued:  # nothing queued ahead of it: order is kept
+                    return self._write_now([record])[0]
+            finally:
+                self._write_lock.release()
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        self._queue.put((record, (loop, waiter)))  # settled by _settle, one loop wake-up per batch
+        self._put((record, (loop, waiter)))  # settled by _settle, one loop wake-up per batch
         return await waiter
 
     def call(self, fn, *args: Any) -> concurrent.futures.Future:
         """Run another store call on the writer thread (keeps the store single-writer)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put(((fn, args), future))
+        self._put(((fn, args), future))
         return future
 
     def _run(self) -> None:
@@ -80,18 +103,27 @@ class Recorder:
             self._write(pending)
             pending = []
 
-    def _write(self, batch: list[tuple[Any, Any]]) -> None:
-        if not batch:
-            return
+    def _write_now(self, records: list[Any]) -> list[Any]:
+        """One store transaction; the first failure marks the recorder broken. Caller holds _write_lock."""
         try:
-            calls = self.store.add_calls([record for record, _ in batch])
+            return self.store.add_calls(records)
         except BaseException as exc:  # noqa: BLE001 - any store failure must stop traffic
             if self.failure is None:
                 log.error("store write failed; proxy now answers 503: %s", exc)
                 self.failure = exc
-            outcomes = [(waiter, None, exc) for _, waiter in batch]  # all or none were written
-        else:
-            outcomes = [(waiter, call, None) for (_, waiter), call in zip(batch, calls)]
+            raise
+
+    def _write(self, batch: list[tuple[Any, Any]]) -> None:
+        if not batch:
+            return
+        with self._write_lock:
+            try:
+                calls = self._write_now([record for record, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - all or none were written: every waiter learns it
+                outcomes = [(waiter, None, exc) for _, waiter in batch]
+            else:
+                outcomes = [(waiter, call, None) for (_, waiter), call in zip(batch, calls)]
+            self._done += len(batch)
         by_loop: dict[Any, list] = {}
         for waiter, result, exc in outcomes:
             if isinstance(waiter, tuple):  # an asyncio future: settle on its loop, one wake-up per loop
@@ -104,14 +136,14 @@ class Recorder:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-    @staticmethod
-    def _call(payload: tuple, future: concurrent.futures.Future) -> None:
-        try:
-            result = payload[0](*payload[1])
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            _resolve(future, None, exc)
-        else:
-            _resolve(future, result, None)
+    def _call(self, payload: tuple, future: concurrent.futures.Future) -> None:
+        with self._write_lock:
+            try:
+                result, exc = payload[0](*payload[1]), None
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                result, exc = None, error
+            self._done += 1
+        _resolve(future, result, exc)
 
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
