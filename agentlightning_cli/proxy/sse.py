@@ -1,7 +1,7 @@
 """Server-sent events: a compact encoder for the streams we synthesise and an incremental decoder for upstream.
 
 Both sit on the per-event hot path (the proxy budget is ~20 µs per event), so they work on bytes directly and
-serialise JSON once per event with a preconfigured encoder.
+serialise JSON once per event with orjson (the json module only for what orjson refuses).
 """
 
 from __future__ import annotations
