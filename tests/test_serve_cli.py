@@ -42,19 +42,24 @@ def running(pid: int) -> str | None:
         return None
 
 
-def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+def start_serve(cwd: Path, run: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "ALIGHT_SERVE__MAX_MODEL_LEN": "2048", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "agentlightning_cli", "serve", "--run", "demo"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "agentlightning_cli", "serve", "--run", run], cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
+    deadline = time.monotonic() + 300
+    while not any(l.startswith("Every call is recorded") for l in lines):
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("alight serve did not come up:\n" + "".join(lines))
+        lines.append(line)
+    return proc, "".join(lines)
+
+
+def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    proc, banner = start_serve(tmp_path, "demo")
     try:
-        deadline = time.monotonic() + 300
-        while not any(l.startswith("Every call is recorded") for l in lines):
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "".join(lines)
-            lines.append(line)
-            assert time.monotonic() < deadline, "".join(lines)
-        banner = "".join(lines)
         base = re.search(r"OpenAI chat completions / Responses\s+(\S+)/e/<episode>/v1", banner).group(1)
         for needle in ("mini-SWE-agent", "OPENAI_BASE_URL=", "LLM_BASE_URL=", "ANTHROPIC_BASE_URL=",
                        "wire_api = \"responses\"", f"{base}/e/cc-1 "):
@@ -102,3 +107,20 @@ def test_serve_reports_a_missing_model_and_a_taken_port_before_starting_anything
         done = serve("--model", str(model), "--port", str(port))
     assert done.returncode == 1 and f"error: port {port} on 127.0.0.1 is already in use" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_vllm_does_not_outlive_a_killed_alight(tmp_path: Path) -> None:
+    proc, _ = start_serve(tmp_path, "killed")
+    children = descendants(proc.pid)
+    assert children
+    proc.kill()  # no cleanup code runs: the kernel's parent-death signal must stop vLLM
+    proc.wait()
+    deadline = time.monotonic() + 60
+    try:
+        while any(running(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not {p: running(p) for p in children if running(p)}
+    finally:
+        for pid in children:  # only if the assertion failed: never leave this test's vLLM behind
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

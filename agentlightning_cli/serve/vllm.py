@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -153,7 +154,7 @@ class VLLMServer:
             log.flush()
             try:
                 self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                env=server_env(), start_new_session=True)
+                                                env=server_env(), start_new_session=True, preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
         self.started_at = time.monotonic()
@@ -242,6 +243,22 @@ class VLLMServer:
             proc.wait()
         # Engine children outlive a leader that exits first; nothing of the group may survive.
         _signal_group(pgid, signal.SIGKILL)
+
+
+def _death_signal():
+    """On Linux, ask the kernel to SIGTERM vLLM if alight dies without cleaning up (SIGKILL, OOM killer).
+
+    Only from the main thread: the signal fires when the *thread* that started the child exits.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+
+    def set_pdeathsig() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+
+    return set_pdeathsig
 
 
 def _signal_group(pgid: int, sig: int) -> None:
