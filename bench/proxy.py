@@ -230,7 +230,7 @@ def print_table(rows, rss) -> None:
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in cols]
         print(f"{target:<10}" + "".join(f"{c:>13}" for c in cells))
     print(f"proxy peak RSS: {rss:.0f} MB (CPU ms/req: whole process, averaged over c=1 and c=64; loop ms/req: its"
-          " event-loop thread alone, the rest is the recorder thread)")
+          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread)")
 
 
 if __name__ == "__main__":
