@@ -53,8 +53,11 @@ def _json(status: int, body: bytes) -> web.Response:
 
 class Proxy:
     def __init__(self, store: Any, upstream_url: str, settings: Any, policy: str | None = "policy-r0",
-                 ad_hoc: bool = False, connections: int = 256):
+                 ad_hoc: bool = False, connections: int = 256,
+                 ad_hoc_scope: tuple[str | None, str | None] = (None, None)):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
+        # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
+        self.ad_hoc_scope = ad_hoc_scope
         self.upstream_url = upstream_url.rstrip("/")
         self.policy = policy
         self.on_budget_exceeded: Callable[[str, str], None] | None = None
@@ -226,6 +229,6 @@ class Proxy:
         if not key:
             return "denied"
         await asyncio.wrap_future(self.recorder.call(
-            lambda: self.store.create_episode(None, None, None, 0, None, key, episode_id=episode_id)))
+            lambda: self.store.create_episode(*self.ad_hoc_scope, None, 0, None, key, episode_id=episode_id)))
         self._keys[episode_id] = _digest(key)
         return "ok"

@@ -38,16 +38,20 @@ def open_run(settings: Settings, name: str) -> tuple[Any, Any, Path]:
 
 
 async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: Any, run_dir: Path,
-                    stop: asyncio.Event | None = None, on_ready: Callable[[Any], None] | None = None) -> None:
-    """Serve until `stop` is set (the CLI sets it on SIGINT/SIGTERM); `on_ready(proxy)` once listening."""
+                    stop: asyncio.Event | None = None, on_ready: Callable[[Any], None] | None = None,
+                    round_id: str | None = None) -> None:
+    """Serve until `stop` is set (the CLI sets it on SIGINT/SIGTERM/SIGHUP); `on_ready(proxy)` once listening.
+    Ctrl-C ends in KeyboardInterrupt after the clean stop, so the CLI exits 130; SIGTERM/SIGHUP return."""
     from agentlightning_cli.proxy.server import Proxy
 
+    caught: list[int] = []
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, stop.set)
-    proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy, ad_hoc=True)
+            loop.add_signal_handler(sig, lambda s=sig: (caught.append(s), stop.set()))
+    proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy, ad_hoc=True,
+                  ad_hoc_scope=(run.id, round_id))
     try:
         await proxy.start()
         print(banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir.resolve()), run.name,
@@ -62,6 +66,8 @@ async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: A
             pass
     finally:
         await proxy.stop()
+    if caught and caught[0] == signal.SIGINT:
+        raise KeyboardInterrupt  # stopped cleanly; the CLI still exits 130 for Ctrl-C, like every command
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -91,7 +97,7 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
             rnd = next((r for r in store.list_rounds(run.id) if r.index == 0), None) or store.create_round(
                 run.id, 0, policy.policy, str(policy.adapter_dir(0)))
             try:
-                asyncio.run(run_proxy(settings, policy, store, run, run_dir))
+                asyncio.run(run_proxy(settings, policy, store, run, run_dir, round_id=rnd.id))
             finally:
                 store.finish_round(rnd.id, "done")
     finally:
