@@ -18,7 +18,7 @@ from pathlib import Path
 
 import zstandard
 
-from agentlightning_cli.store import CallRecord, Store
+from agentlightning_cli.store import CallRecord, Store, codec, deltas
 from agentlightning_cli.store.codec import common_prefix_len
 
 # Word list with a Zipf-like draw: text that compresses like prose/code (~3x with zstd), not like noise.
@@ -86,6 +86,23 @@ def _write(store: Store, episode: list[dict]) -> tuple[str, float]:
     return ep.id, time.perf_counter() - t0
 
 
+def delta_side_by_side(episode: list[dict], repeat: int) -> dict:
+    """µs and bytes per body for each delta kind on the same bodies, interleaved (best of `repeat`): the
+    dictionary frame every delta used to be, and what the store writes now (splice, or dictionary when the
+    body was rewritten rather than appended to)."""
+    pairs = [(c[k], p[k]) for k in ("client", "upstream") for p, c in zip(episode, episode[1:])]
+    kinds = {"dictionary": codec.compress_delta, "store_now": deltas.encode}
+    best = dict.fromkeys(kinds, float("inf"))
+    for _ in range(repeat):
+        for name, encode in kinds.items():
+            t0 = time.perf_counter()
+            for data, base in pairs:
+                encode(data, base)
+            best[name] = min(best[name], (time.perf_counter() - t0) / len(pairs))
+    sizes = {name: sum(len(encode(d, b)) for d, b in pairs) for name, encode in kinds.items()}
+    return {name: {"us_per_body": best[name] * 1e6, "bytes": sizes[name]} for name in kinds}
+
+
 def run(calls: int, growth: int, repeat: int) -> dict:
     """Sizes from one episode; times are the best of `repeat` runs (the machine is shared and noisy)."""
     episode = build_episode(calls, growth)
@@ -140,6 +157,9 @@ def run(calls: int, growth: int, repeat: int) -> dict:
                                                     " prefix with the previous body (uncompressed)",
             "naive": "every call keeps its full prompt ids (4 B each) and full request bodies, uncompressed",
             "db_file_bytes": "whole alight.db (this one episode, logprobs and indexes included) after checkpoint",
+            "delta_encode": "µs (best of repeat) and total bytes to delta-encode every body against the previous"
+                            " one: dictionary = zstd with the base as dictionary (every delta before splice"
+                            " frames); store_now = deltas.encode",
         },
         "calls": calls, "prompt_growth_tokens": growth, "repeat": repeat,
         "logprobs_stored_bytes": logprobs_stored, "final_prompt_tokens": len(last["prompt"]),
@@ -155,6 +175,7 @@ def run(calls: int, growth: int, repeat: int) -> dict:
         "db_file_bytes": file_store, "naive_db_file_bytes": file_naive,
         "calls_per_second": calls / write_s, "write_seconds": write_s,
         "read_episode_seconds": read_s, "read_last_call_seconds": read_last_s,
+        "delta_encode": delta_side_by_side(episode, repeat),
     }
 
 
@@ -188,6 +209,9 @@ def main() -> None:
     print(f"writes: {r['calls_per_second']:.0f} calls/s;"
           f" read back whole episode: {r['read_episode_seconds'] * 1000:.0f} ms;"
           f" last call alone: {r['read_last_call_seconds'] * 1000:.0f} ms; exact: {r['read_back_exact']}")
+    d = r["delta_encode"]
+    print("delta encode per body, same bodies interleaved: " + "; ".join(
+        f"{name} {v['us_per_body']:.0f} µs, {v['bytes']:,} B" for name, v in d.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=2) + "\n")
 

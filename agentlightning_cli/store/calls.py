@@ -2,7 +2,8 @@
 
 A call's prompt ids reference an earlier call of the same episode (`prompt_base_seq`): the prompt is the
 first `prompt_prefix_len` tokens of that call's prompt + completion, followed by `prompt_tail`.
-Request bodies are zstd frames whose dictionary is an earlier body of the same kind (`*_base_seq`).
+Request bodies are delta frames (store/deltas.py) against an earlier body of the same kind (`*_base_seq`),
+or plain zstd keyframes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from agentlightning_cli.store import codec
+from agentlightning_cli.store import codec, deltas
 from agentlightning_cli.store.models import Call, CallRecord
 
 DELTA_KINDS = ("client_request", "upstream_request")  # bodies that resend the whole conversation
@@ -31,7 +32,7 @@ class CorruptCallError(RuntimeError):
 
 @dataclass(frozen=True)
 class BodyBase:
-    """A committed body that later bodies of the same kind may use as their zstd dictionary."""
+    """A committed body that later bodies of the same kind may be delta-encoded against."""
 
     seq: int
     raw: bytes
@@ -83,7 +84,7 @@ def encode_call(
 def _encode_body(kind: str, raw: bytes, base: BodyBase | None, policy: KeyframePolicy, row: dict[str, Any]) -> BodyBase:
     """Delta-compress against `base` unless the chain would get too long to read back cheaply."""
     if base is not None and base.chain < policy.max_chain and base.chain_bytes + len(raw) <= policy.max_chain_bytes:
-        blob, base_seq = codec.compress_delta(raw, base.raw), base.seq
+        blob, base_seq = deltas.encode(raw, base.raw), base.seq
         chain, chain_bytes = base.chain + 1, base.chain_bytes + len(raw)
     else:  # keyframe
         blob, base_seq, chain, chain_bytes = codec.compress(raw), None, 1, len(raw)
@@ -160,7 +161,7 @@ def resolve_body(conn: sqlite3.Connection, episode_id: str, kind: str, seq: int,
             break
         cursor = base_seq
     for s, blob, base_seq, size in reversed(chain):
-        raw = codec.decompress(blob) if base_seq is None else codec.decompress_delta(blob, known[base_seq])
+        raw = codec.decompress(blob) if base_seq is None else deltas.decode(blob, known[base_seq])
         if len(raw) != size:
             raise CorruptCallError(f"call seq {s}: {kind} decoded to {len(raw)} bytes, expected {size}")
         known[s] = raw

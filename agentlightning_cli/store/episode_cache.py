@@ -44,6 +44,9 @@ class EpisodeCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: OrderedDict[str, EpisodeState] = OrderedDict()
+        # Sizes kept as states come and go: summing every cached state on each write cost O(episodes).
+        self._sizes: dict[str, int] = {}
+        self._total = 0
 
     def current(self, conn: sqlite3.Connection, episode_id: str) -> EpisodeState:
         """The state as of the latest committed call, read from the database where the cache is behind."""
@@ -67,11 +70,9 @@ class EpisodeCache:
         with self._lock:
             state = self._states.get(episode_id, EpisodeState() if seq == 0 else None)
             if state is None or state.last_seq != seq - 1:
-                self._states.pop(episode_id, None)  # out of order (concurrent writers): re-read next time
+                self._drop(episode_id)  # out of order (concurrent writers): re-read next time
                 return
-            self._states[episode_id] = advance(state, seq, call_id, ids, bodies)
-            self._states.move_to_end(episode_id)
-            self._evict()
+            self._set(episode_id, advance(state, seq, call_id, ids, bodies))
 
     def put(self, episode_id: str, state: EpisodeState) -> None:
         """Remember `state` (committed calls only; a stale state is caught up by `current`, never trusted)."""
@@ -79,15 +80,20 @@ class EpisodeCache:
 
     def _store(self, episode_id: str, state: EpisodeState) -> None:
         with self._lock:
-            self._states[episode_id] = state
-            self._states.move_to_end(episode_id)
-            self._evict()
+            self._set(episode_id, state)
 
-    def _evict(self) -> None:
-        total = sum(state.nbytes for state in self._states.values())
-        while len(self._states) > 1 and (len(self._states) > MAX_EPISODES or total > MAX_BYTES):
-            _, evicted = self._states.popitem(last=False)
-            total -= evicted.nbytes
+    def _set(self, episode_id: str, state: EpisodeState) -> None:
+        """Insert or replace as the newest entry, then evict the least recently used. Caller holds _lock."""
+        self._drop(episode_id)
+        self._states[episode_id] = state
+        self._sizes[episode_id] = size = state.nbytes
+        self._total += size
+        while len(self._states) > 1 and (len(self._states) > MAX_EPISODES or self._total > MAX_BYTES):
+            self._drop(next(iter(self._states)))
+
+    def _drop(self, episode_id: str) -> None:
+        if self._states.pop(episode_id, None) is not None:
+            self._total -= self._sizes.pop(episode_id)
 
 
 def advance(state: EpisodeState, seq: int, call_id: str, ids: bytes | None, bodies: dict[str, BodyBase]) -> EpisodeState:
