@@ -85,7 +85,7 @@ def text_in(value: object) -> object:
     """A str SQLite can store. Strings with lone surrogates (a non-UTF-8 path or header decoded with
     surrogateescape, a JSON "\\ud800" escape) cannot be encoded as TEXT; they are stored as their
     surrogatepass bytes instead, so one odd request can never make a write fail."""
-    if isinstance(value, str):
+    if isinstance(value, str) and not value.isascii():  # ASCII (nearly every value) is valid UTF-8: no encode
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
