@@ -104,6 +104,7 @@ def test_a_database_holding_dictionary_frames_reads_back_and_keeps_growing(tmp_p
         for seq in range(1, 8):
             conn.execute("UPDATE calls SET client_request = ? WHERE seq = ?",
                          (codec.compress_delta(bodies[seq], bodies[seq - 1]), seq))
+        conn.execute("DELETE FROM _alight_migrations WHERE name = 'm002_splice_bodies'")  # as it left the file
     assert all(blob[:4] == ZSTD_MAGIC for blob, _ in blobs(tmp_path / "alight.db"))
     with Store.open(tmp_path) as store:
         assert [c.client_request for c in store.get_calls(ep.id)] == bodies[:8]
@@ -112,6 +113,8 @@ def test_a_database_holding_dictionary_frames_reads_back_and_keeps_growing(tmp_p
             store.add_call(record(ep.id, body))
         assert [c.client_request for c in store.get_calls(ep.id)] == bodies
     assert blobs(tmp_path / "alight.db")[8][0][0] in (1, 2)
+    with sqlite3.connect(tmp_path / "alight.db") as conn:  # marked, so an older alight refuses the file
+        assert conn.execute("SELECT 1 FROM _alight_migrations WHERE name = 'm002_splice_bodies'").fetchone()
 
 
 def test_corrupt_splice_frame_is_refused_not_misread():

@@ -110,9 +110,21 @@ CREATE TABLE calls (
 );
 """
 
+# No table changes: a request body's delta (`*_base_seq` not NULL) may now also be a splice frame, told
+# from a zstd dictionary frame by its first byte (store/deltas.py). Why a migration at all: an alight that
+# predates splice frames would misread them as zstd and fail on the first such body; the ledger row makes
+# it refuse the file up front with "written by a newer alight". Earlier files read back unchanged.
+M002_SPLICE_BODIES = """
+-- Request-body deltas: splice frames (first byte 1 or 2: prefix/suffix lengths taken from the base body,
+-- then the new middle bytes, raw or zstd) beside zstd raw-content-dictionary frames (first byte 0x28).
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
+    ("m002_splice_bodies", "no table change: request-body deltas may also be splice frames (common prefix and"
+     " suffix with the base body + the new middle bytes), which older alight versions cannot read",
+     M002_SPLICE_BODIES),
 ]
 
 _LEDGER = """
