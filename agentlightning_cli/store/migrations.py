@@ -54,7 +54,7 @@ CREATE TABLE episodes (
   exit_code      INTEGER,             -- the harness process's exit code
   error          TEXT,                -- why it failed, in one line, when it did
   workspace      TEXT,                -- path of the checked-out repo the harness worked in
-  outcome        TEXT                 -- how it ended: completed | timeout | budget_exceeded | crashed | ...
+  outcome        TEXT                 -- how the harness ended: finished | harness_error | timeout | budget_exceeded | no_calls
 );
 CREATE INDEX episodes_by_run ON episodes (run_id, round_id);
 
