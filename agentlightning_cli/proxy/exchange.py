@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -66,24 +65,10 @@ class Exchange:
         body = error_bytes(self.protocol, exc.status, exc.message, exc.kind)
         return await self.reply(exc.status, body, exc.outcome, error=exc.message)
 
-    @contextlib.asynccontextmanager
-    async def forwarding(self) -> AsyncIterator[None]:
-        """Wait while paused, count as in flight, and refuse an episode that is over budget."""
-        proxy = self.proxy
-        await proxy.gate.enter()
-        try:
-            reason = proxy.budgets.check(self.episode_id)
-            if reason is not None:
-                if proxy.on_budget_exceeded is not None:
-                    try:
-                        proxy.on_budget_exceeded(self.episode_id, reason)
-                    except Exception:  # noqa: BLE001 - the owner's callback must not break the proxy
-                        log.exception("on_budget_exceeded callback failed")
-                raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
-            self.fields.setdefault("model", proxy.policy)
-            yield
-        finally:
-            proxy.gate.leave()
+    def forwarding(self) -> "_Forwarding":
+        """`async with`: wait while paused, count as in flight, and refuse an episode that is over budget.
+        A plain class rather than @asynccontextmanager: no generator to drive on every request."""
+        return _Forwarding(self)
 
     async def post(self, path: str, body: bytes) -> aiohttp.ClientResponse:
         """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
@@ -104,3 +89,31 @@ class Exchange:
         """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""
         record = self.record(outcome, 200, response=b"".join(sent), **fields)
         self.proxy.recorder.submit(record)
+
+
+class _Forwarding:
+    __slots__ = ("ex",)
+
+    def __init__(self, ex: Exchange):
+        self.ex = ex
+
+    async def __aenter__(self) -> None:
+        ex = self.ex
+        proxy = ex.proxy
+        await proxy.gate.enter()
+        try:
+            reason = proxy.budgets.check(ex.episode_id)
+            if reason is not None:
+                if proxy.on_budget_exceeded is not None:
+                    try:
+                        proxy.on_budget_exceeded(ex.episode_id, reason)
+                    except Exception:  # noqa: BLE001 - the owner's callback must not break the proxy
+                        log.exception("on_budget_exceeded callback failed")
+                raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
+            ex.fields.setdefault("model", proxy.policy)
+        except BaseException:
+            proxy.gate.leave()
+            raise
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.ex.proxy.gate.leave()

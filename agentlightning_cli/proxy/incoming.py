@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from typing import Any
@@ -23,19 +24,31 @@ def _too_big(limit: int) -> ProxyReject:
 
 async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     """The body as sent, decompressed when Content-Encoding says so; 413 past `limit` either way."""
-    if request.content_length is not None and request.content_length > limit:
+    length = request.content_length
+    if length is not None and length > limit:
         raise _too_big(limit)
+    if length is not None:  # the usual case: one read of a known size, no chunk loop
+        try:
+            raw = await request.content.readexactly(length)
+        except asyncio.IncompleteReadError as exc:  # the client hung up early: what came is all there is
+            raw = exc.partial
+    else:
+        raw = await _read_chunked(request, limit)
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    return decode(raw, encoding, limit)
+
+
+async def _read_chunked(request: web.BaseRequest, limit: int) -> bytes:
+    """A body of unknown size (chunked transfer), read up to `limit`."""
     parts, size = [], 0
     async for chunk in request.content.iter_any():
         size += len(chunk)
         if size > limit:
             raise _too_big(limit)
         parts.append(chunk)
-    raw = b"".join(parts)
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding in ("", "identity"):
-        return raw
-    return decode(raw, encoding, limit)
+    return b"".join(parts)
 
 
 def decode(raw: bytes, encoding: str, limit: int) -> bytes:
