@@ -14,17 +14,25 @@ import concurrent.futures
 import logging
 import queue
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 log = logging.getLogger("alight.proxy")
 _STOP = object()
 # Records written per store transaction at most: bounds how long one write holds the GIL and the db lock.
 BATCH = 32
+# How long the writer waits for more records when more requests are in flight: a record's own answer waits
+# this much longer at most, and a bigger batch shares one BEGIN/COMMIT and one loop wake-up (measured: one
+# record per transaction costs ~0.25 ms of CPU, 32 per transaction ~0.14 ms each).
+GATHER_S = 0.001
 
 
 class Recorder:
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, in_flight: Callable[[], int] | None = None, gather_s: float = GATHER_S):
         self.store = store
+        self.gather_s = gather_s
+        # Requests that will each produce a record soon (the proxy's in-flight count); None: never wait.
+        self._in_flight = in_flight
         self.failure: BaseException | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         # Writes happen one at a time, in queue order: the writer thread holds _write_lock per batch, and an
@@ -80,6 +88,7 @@ class Recorder:
         # with one request in flight a batch is that one record, as before. Store calls (`call`) keep their
         # place in the FIFO order: records queued before one are written before it runs.
         pending: list[tuple[Any, Any]] = []
+        deadline = 0.0  # when the batch in `pending` is written at the latest (gather_s after its first record)
         while True:
             item = self._queue.get()
             while True:
@@ -92,6 +101,8 @@ class Recorder:
                     pending = []
                     self._call(payload, future)
                 else:
+                    if not pending:
+                        deadline = time.monotonic() + self.gather_s
                     pending.append(item)
                     if len(pending) >= BATCH:
                         self._write(pending)
@@ -99,9 +110,19 @@ class Recorder:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    wait = deadline - time.monotonic() if self._worth_waiting(len(pending)) else 0.0
+                    if wait <= 0:
+                        break
+                    try:  # more requests are in flight: their records can share this transaction
+                        item = self._queue.get(timeout=wait)
+                    except queue.Empty:
+                        break
             self._write(pending)
             pending = []
+
+    def _worth_waiting(self, pending: int) -> bool:
+        # Reading another thread's int is safe under the GIL; a stale value only costs one gather_s wait.
+        return 0 < pending < BATCH and self._in_flight is not None and self._in_flight() > pending
 
     def _write_now(self, records: list[Any]) -> list[Any]:
         """One store transaction; the first failure marks the recorder broken. Caller holds _write_lock."""

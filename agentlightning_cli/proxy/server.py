@@ -63,7 +63,7 @@ class Proxy:
         self.on_budget_exceeded: Callable[[str, str], None] | None = None
         self.gate = Gate()
         self.budgets = Budgets(settings.budgets)
-        self.recorder = Recorder(store)
+        self.recorder = Recorder(store, in_flight=lambda: self.gate.in_flight)
         self.base_url = ""
         self._connections = connections
         self._keys: dict[str, bytes] = {}
