@@ -2,9 +2,12 @@
 
 The fake upstream and the proxy each run in their own process (the proxy via the real `alight proxy`
 command, ad-hoc episodes), so the proxy's CPU time is read exactly from /proc/<pid>/stat (all threads,
-recorder included). The load generator is this process (raw aiohttp). With --pin (and 2+ CPUs) the proxy is
-pinned to the last CPU and everything else to the others, as in research/proxy-engines.md; on a machine
-shared with other work, pinning can starve the proxy, so it is off by default.
+recorder included). The `floor` row is a bare relay with the same aiohttp setup (bench/proxy_floor.py) sent
+the body the proxy would send vLLM: no parsing, stripping or recording, so proxy minus floor is our own
+work and the floor is what no change inside the proxy can go below. The load generator is this process
+(raw aiohttp). With --pin (and 2+ CPUs) the proxy is pinned to the last CPU and everything else to the
+others, as in research/proxy-engines.md; on a machine shared with other work, pinning can starve the proxy,
+so it is off by default.
 
     python bench/proxy.py [--rounds 2] [--quick] [--pin]
 """
@@ -30,7 +33,9 @@ RESULTS = ROOT / "bench" / "results" / "proxy.json"
 TICK = os.sysconf("SC_CLK_TCK")
 PROMPT = "Please fix the failing test in the repository. " * 32  # ~1.5 KB request body
 REPLY = "The fix is to check the index bounds before reading the list element. " * 5  # 355 tokens to cut from
-TARGETS = ("direct", "chat", "anthropic", "responses")
+# floor: a bare relay (bench/proxy_floor.py) sent the direct body: what any aiohttp proxy costs here.
+TARGETS = ("direct", "floor", "chat", "anthropic", "responses")
+PROXIED = ("chat", "anthropic", "responses")
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -50,7 +55,7 @@ def peak_rss_mb(pid: int) -> float:
 def request_for(target: str, base: str, upstream: str, episode: str, stream: bool, max_tokens: int):
     """(url, headers, body bytes) for one call of `target`."""
     messages = [{"role": "user", "content": PROMPT}]
-    if target == "direct":  # the client asks for what the proxy would inject, so vLLM does the same work
+    if target in ("direct", "floor"):  # the client asks for what the proxy would inject: vLLM does the same work
         body = {"model": "base", "messages": messages, "max_tokens": max_tokens, "logprobs": True,
                 "return_token_ids": True, "stream": stream}
         if stream:
@@ -82,7 +87,8 @@ async def one(session, url, headers, body: bytes) -> tuple[float, float, int]:
 
 
 async def load(target, env, concurrency, total, stream, max_tokens):
-    url, headers, body = request_for(target, env["base"], env["upstream"], f"bench-{target}", stream, max_tokens)
+    upstream = env["floor"] if target == "floor" else env["upstream"]  # the relay stands where vLLM would
+    url, headers, body = request_for(target, env["base"], upstream, f"bench-{target}", stream, max_tokens)
     data = json.dumps(body).encode()
     results = []
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -93,7 +99,7 @@ async def load(target, env, concurrency, total, stream, max_tokens):
             for _ in queue:
                 results.append(await one(session, url, headers, data))
 
-        pid = env["proxy_pid"]
+        pid = env["floor_pid"] if target == "floor" else env["proxy_pid"]
         before, loop_before = cpu_seconds(pid), cpu_seconds(pid, pid)
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -173,7 +179,11 @@ def pair(tmp: Path, name: str, script: dict, mine, proxy_cpus, procs: list) -> d
     proxy = start([alight, "proxy", "--upstream", up, "--port", "0", "--store", str(tmp / f"{name}-store")],
                   proxy_cpus, "Ctrl-C")
     procs.append(proxy)
-    return {"base": proxy.base, "upstream": up, "proxy_pid": proxy.pid}
+    floor = start([sys.executable, str(ROOT / "bench" / "proxy_floor.py"), "--upstream", up, "--port", "0"],
+                  proxy_cpus, "Ctrl-C")
+    procs.append(floor)
+    return {"base": proxy.base, "upstream": up, "proxy_pid": proxy.pid,
+            "floor": f"http://127.0.0.1:{floor.port}", "floor_pid": floor.pid}
 
 
 def main() -> None:
@@ -204,6 +214,8 @@ def main() -> None:
         row = rows[target]
         row["json_c64_rps_vs_direct"] = row["json_c64_rps"] / direct["json_c64_rps"]
         row["ttfb_added_p50_ms"] = row["ttfb_c16_p50_ms"] - direct["ttfb_c16_p50_ms"]
+        if target not in PROXIED:  # the floor is a reference, not something with targets
+            continue
         row["targets_met"] = {
             "cpu_per_json<=0.5ms": row["proxy_cpu_ms_per_json"] <= 0.5,
             "cpu_per_event<=20us": row["proxy_cpu_us_per_event"] <= 20,
@@ -230,7 +242,7 @@ def print_table(rows, rss) -> None:
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in cols]
         print(f"{target:<10}" + "".join(f"{c:>13}" for c in cells))
     print(f"proxy peak RSS: {rss:.0f} MB (CPU ms/req: whole process, averaged over c=1 and c=64; loop ms/req: its"
-          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread)")
+          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread; floor: a bare relay, the same aiohttp setup without any of our work)")
 
 
 if __name__ == "__main__":
