@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from .anthropic_reply import StreamTranslator, response_from_chat  # noqa: F401  (re-exported interface)
-from .chat_messages import ChatMessages
+from .chat_messages import ChatMessages, copy_sampling
 from .errors import TranslationError
 
 PROTOCOL = "anthropic-messages"
@@ -273,26 +273,10 @@ def _tools(body: dict, chat: dict, dropped: dict) -> None:
 
 
 def _sampling(body: dict, chat: dict) -> None:
-    max_tokens = body.get("max_tokens")
-    if max_tokens is not None:
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise TranslationError("`max_tokens` must be a positive integer", "max_tokens")
-        chat["max_tokens"] = max_tokens
-    for key in ("temperature", "top_p", "top_k"):
-        value = body.get(key)
-        if value is not None:
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise TranslationError(f"`{key}` must be a number", key)
-            chat[key] = value
+    copy_sampling(body, chat, "max_tokens", ("temperature", "top_p", "top_k"))
     stop = body.get("stop_sequences")
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise TranslationError("`stop_sequences` must be a list of strings", "stop_sequences")
         if stop:
             chat["stop"] = stop
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise TranslationError("`stream` must be a boolean", "stream")
-    chat["stream"] = stream
-    if stream:
-        chat["stream_options"] = {"include_usage": True}

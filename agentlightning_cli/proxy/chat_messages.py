@@ -18,6 +18,8 @@ Placement of system text is the one decision every chat template cares about:
 
 from __future__ import annotations
 
+from .errors import TranslationError
+
 REMINDER_OPEN = "<system-reminder>"
 
 
@@ -90,3 +92,25 @@ class ChatMessages:
         self._started = True
         if self._system:
             self.messages.append({"role": "system", "content": "\n\n".join(self._system)})
+
+
+def copy_sampling(body: dict, chat: dict, max_key: str, number_keys: tuple[str, ...]) -> None:
+    """Validate and copy what both protocols share: the token limit (under its own name), numeric sampling
+    settings, and `stream` (streams always ask vLLM for usage, which the translated reply reports)."""
+    max_tokens = body.get(max_key)
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise TranslationError(f"`{max_key}` must be a positive integer", max_key)
+        chat["max_tokens"] = max_tokens
+    for key in number_keys:
+        value = body.get(key)
+        if value is not None:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TranslationError(f"`{key}` must be a number", key)
+            chat[key] = value
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise TranslationError("`stream` must be a boolean", "stream")
+    chat["stream"] = stream
+    if stream:
+        chat["stream_options"] = {"include_usage": True}

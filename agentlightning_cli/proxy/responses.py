@@ -14,7 +14,7 @@ Translation choices (the client's full request is recorded anyway; `dropped` lis
 
 from __future__ import annotations
 
-from .chat_messages import ChatMessages
+from .chat_messages import ChatMessages, copy_sampling
 from .errors import TranslationError
 from .responses_reply import StreamTranslator, response_from_chat  # noqa: F401  (re-exported interface)
 
@@ -179,20 +179,4 @@ def _tools(body: dict, chat: dict, dropped: dict) -> None:
 
 
 def _sampling(body: dict, chat: dict) -> None:
-    max_tokens = body.get("max_output_tokens")
-    if max_tokens is not None:
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise TranslationError("`max_output_tokens` must be a positive integer", "max_output_tokens")
-        chat["max_tokens"] = max_tokens
-    for key in ("temperature", "top_p"):
-        value = body.get(key)
-        if value is not None:
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise TranslationError(f"`{key}` must be a number", key)
-            chat[key] = value
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise TranslationError("`stream` must be a boolean", "stream")
-    chat["stream"] = stream
-    if stream:
-        chat["stream_options"] = {"include_usage": True}
+    copy_sampling(body, chat, "max_output_tokens", ("temperature", "top_p"))
