@@ -34,7 +34,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 PROMPT = "Please fix the failing test in the repository. " * 32  # ~1.5 KB request body
 REPLY = "The fix is to check the index bounds before reading the list element. " * 5  # 355 tokens to cut from
 # floor: a bare relay (bench/proxy_floor.py) sent the direct body: what any aiohttp proxy costs here.
-TARGETS = ("direct", "floor", "chat", "anthropic", "responses")
+TARGETS = ("direct", "floor-aiohttp", "floor", "chat", "anthropic", "responses")
+FLOORS = {"floor": "lean", "floor-aiohttp": "aiohttp"}
 PROXIED = ("chat", "anthropic", "responses")
 
 
@@ -55,7 +56,7 @@ def peak_rss_mb(pid: int) -> float:
 def request_for(target: str, base: str, upstream: str, episode: str, stream: bool, max_tokens: int):
     """(url, headers, body bytes) for one call of `target`."""
     messages = [{"role": "user", "content": PROMPT}]
-    if target in ("direct", "floor"):  # the client asks for what the proxy would inject: vLLM does the same work
+    if target == "direct" or target in FLOORS:  # the client asks for what the proxy would inject: vLLM does the same work
         body = {"model": "base", "messages": messages, "max_tokens": max_tokens, "logprobs": True,
                 "return_token_ids": True, "stream": stream}
         if stream:
@@ -87,7 +88,7 @@ async def one(session, url, headers, body: bytes) -> tuple[float, float, int]:
 
 
 async def load(target, env, concurrency, total, stream, max_tokens):
-    upstream = env["floor"] if target == "floor" else env["upstream"]  # the relay stands where vLLM would
+    upstream = env[target] if target in FLOORS else env["upstream"]  # the relay stands where vLLM would
     url, headers, body = request_for(target, env["base"], upstream, f"bench-{target}", stream, max_tokens)
     data = json.dumps(body).encode()
     results = []
@@ -99,7 +100,7 @@ async def load(target, env, concurrency, total, stream, max_tokens):
             for _ in queue:
                 results.append(await one(session, url, headers, data))
 
-        pid = env["floor_pid"] if target == "floor" else env["proxy_pid"]
+        pid = env[f"{target}_pid"] if target in FLOORS else env["proxy_pid"]
         before, loop_before = cpu_seconds(pid), cpu_seconds(pid, pid)
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -179,11 +180,13 @@ def pair(tmp: Path, name: str, script: dict, mine, proxy_cpus, procs: list) -> d
     proxy = start([alight, "proxy", "--upstream", up, "--port", "0", "--store", str(tmp / f"{name}-store")],
                   proxy_cpus, "Ctrl-C")
     procs.append(proxy)
-    floor = start([sys.executable, str(ROOT / "bench" / "proxy_floor.py"), "--upstream", up, "--port", "0"],
-                  proxy_cpus, "Ctrl-C")
-    procs.append(floor)
-    return {"base": proxy.base, "upstream": up, "proxy_pid": proxy.pid,
-            "floor": f"http://127.0.0.1:{floor.port}", "floor_pid": floor.pid}
+    env = {"base": proxy.base, "upstream": up, "proxy_pid": proxy.pid}
+    for target, engine in FLOORS.items():
+        floor = start([sys.executable, str(ROOT / "bench" / "proxy_floor.py"), "--upstream", up, "--port", "0",
+                       "--engine", engine], proxy_cpus, "Ctrl-C")
+        procs.append(floor)
+        env[target], env[f"{target}_pid"] = f"http://127.0.0.1:{floor.port}", floor.pid
+    return env
 
 
 def main() -> None:

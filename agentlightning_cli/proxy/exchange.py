@@ -7,10 +7,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from aiohttp import web
-
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
+from agentlightning_cli.proxy.http_server import Request, Response, StreamWriter
+from agentlightning_cli.proxy.upstream import UpstreamResponse
 from agentlightning_cli.store import CallRecord
 
 if TYPE_CHECKING:
@@ -20,11 +19,12 @@ log = logging.getLogger("alight.proxy")
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 _HIDDEN_HEADERS = ("authorization", "x-api-key")
-UPSTREAM_DOWN = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
+# Connection refused or reset, a broken or malformed answer (UpstreamBroken), a connect timeout.
+UPSTREAM_DOWN = (OSError, asyncio.TimeoutError)
 
 
 class Exchange:
-    def __init__(self, proxy: "Proxy", request: web.BaseRequest, episode_id: str, path: str, protocol: str,
+    def __init__(self, proxy: "Proxy", request: Request, episode_id: str, path: str, protocol: str,
                  started_at: float):
         self.proxy, self.request = proxy, request
         self.episode_id, self.path, self.protocol = episode_id, path, protocol
@@ -51,7 +51,7 @@ class Exchange:
         )
 
     async def reply(self, http_status: int, body: bytes, outcome: str, content_type: str = JSON_TYPE,
-                    **fields: Any) -> web.Response:
+                    **fields: Any) -> Response:
         """Answer only once the record is durable (fail closed: a failed write becomes a 503)."""
         record = self.record(outcome, http_status, response=body, **fields)
         try:
@@ -59,9 +59,9 @@ class Exchange:
             await self.proxy.recorder.write(record, inline=self.proxy.gate.in_flight <= 1)
         except Exception as exc:  # noqa: BLE001 - any store failure means we must not serve this answer
             return self.proxy.unavailable(self.protocol, exc)
-        return web.Response(status=http_status, body=body, headers={"Content-Type": content_type})
+        return Response(http_status, body, content_type)
 
-    async def reject(self, exc: ProxyReject) -> web.Response:
+    async def reject(self, exc: ProxyReject) -> Response:
         body = error_bytes(self.protocol, exc.status, exc.message, exc.kind)
         return await self.reply(exc.status, body, exc.outcome, error=exc.message)
 
@@ -70,20 +70,17 @@ class Exchange:
         A plain class rather than @asynccontextmanager: no generator to drive on every request."""
         return _Forwarding(self)
 
-    async def post(self, path: str, body: bytes) -> aiohttp.ClientResponse:
+    async def post(self, path: str, body: bytes) -> UpstreamResponse:
         """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
         self.fields["upstream_request"] = body
         try:
-            return await self.proxy.session.post(self.proxy.upstream(path), data=body,
-                                                 headers={"Content-Type": JSON_TYPE})
+            return await self.proxy.session.post(path, body)
         except UPSTREAM_DOWN as exc:
             raise ProxyReject(502, f"alight: upstream model server unreachable: {exc or type(exc).__name__}",
                               "unreachable") from exc
 
-    async def start_stream(self) -> web.StreamResponse:
-        out = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        await out.prepare(self.request)
-        return out
+    async def start_stream(self) -> StreamWriter:
+        return self.request.start_stream(200, SSE_HEADERS)
 
     def finish_stream(self, outcome: str, sent: list[bytes], **fields: Any) -> None:
         """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import zlib
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from agentlightning_cli.proxy.errors import ProxyReject
+from agentlightning_cli.proxy.http_server import Request
 
 # Fields a request of each protocol cannot do without.
 REQUIRED = {"openai-chat": ("messages", list), "anthropic-messages": ("messages", list),
@@ -22,33 +21,15 @@ def _too_big(limit: int) -> ProxyReject:
                             "(proxy.max_body_bytes)", "bad_request")
 
 
-async def read_body(request: web.BaseRequest, limit: int) -> bytes:
-    """The body as sent, decompressed when Content-Encoding says so; 413 past `limit` either way."""
-    length = request.content_length
-    if length is not None and length > limit:
+def read_body(request: Request, limit: int) -> bytes:
+    """The body as sent, decompressed when Content-Encoding says so; 413 past `limit` either way (the server
+    stops buffering a body at the limit and flags the request)."""
+    if request.too_large:
         raise _too_big(limit)
-    if length is not None:  # the usual case: one read of a known size, no chunk loop
-        try:
-            raw = await request.content.readexactly(length)
-        except asyncio.IncompleteReadError as exc:  # the client hung up early: what came is all there is
-            raw = exc.partial
-    else:
-        raw = await _read_chunked(request, limit)
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
-        return raw
-    return decode(raw, encoding, limit)
-
-
-async def _read_chunked(request: web.BaseRequest, limit: int) -> bytes:
-    """A body of unknown size (chunked transfer), read up to `limit`."""
-    parts, size = [], 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise _too_big(limit)
-        parts.append(chunk)
-    return b"".join(parts)
+        return request.body
+    return decode(request.body, encoding, limit)
 
 
 def decode(raw: bytes, encoding: str, limit: int) -> bytes:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
-from aiohttp import web
-
 from agentlightning_cli.proxy.chat import ChatStreamFilter, Collected, dumps, loads, plan_chat, strip_response
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange, log
+from agentlightning_cli.proxy.http_server import Response, StreamWriter
 from agentlightning_cli.proxy.incoming import parse_json
+from agentlightning_cli.proxy.upstream import UpstreamResponse
 
 
 def collected_fields(col: Collected) -> dict:
@@ -30,7 +29,7 @@ def collect_json(data: dict) -> Collected:
     return col
 
 
-async def handle_chat(ex: Exchange) -> web.StreamResponse:
+async def handle_chat(ex: Exchange) -> Response | StreamWriter:
     body = parse_json(ex.raw, ex.protocol)
     ex.stream = bool(body.get("stream"))
     ex.fields["client_model"] = body.get("model")
@@ -58,20 +57,20 @@ async def handle_chat(ex: Exchange) -> web.StreamResponse:
             resp.release()
 
 
-async def _read(resp: aiohttp.ClientResponse) -> bytes:
+async def _read(resp: UpstreamResponse) -> bytes:
     try:
         return await resp.read()
     except UPSTREAM_DOWN as exc:
         raise ProxyReject(502, f"alight: upstream closed the connection: {exc}", "unreachable") from exc
 
 
-async def _stream(ex: Exchange, resp: aiohttp.ClientResponse, filt: ChatStreamFilter) -> web.StreamResponse:
+async def _stream(ex: Exchange, resp: UpstreamResponse, filt: ChatStreamFilter) -> Response | StreamWriter:
     """Relay each upstream read as soon as it completes events; record whatever happened at the end."""
     out = await ex.start_stream()
     sent: list[bytes] = []
     outcome, error = "ok", None
     try:
-        reads = resp.content.iter_any()
+        reads = resp  # each read: whatever bytes have arrived
         while True:
             try:
                 data = await reads.__anext__()

@@ -1,7 +1,8 @@
 """The recording proxy: routes `/e/<episode>/...`, checks the episode key, dispatches by protocol.
 
-aiohttp's low-level server (no router, no middleware) in front of ONE shared aiohttp client session to
-vLLM: measured the cheapest pairing on this kind of machine (research/proxy-engines.md).
+Its own lean HTTP server (http_server.py) in front of ONE pooled upstream client (upstream.py), both on
+llhttp: a bare relay on these costs 0.16 ms of CPU per request against 0.38 ms for the aiohttp server + client
+pair research/proxy-engines.md recommended (bench/proxy.py, `floor` rows, side by side).
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ import re
 import time
 from typing import Any, Callable
 
-import aiohttp
-import yarl
-from aiohttp import web
-
 from agentlightning_cli.proxy.chat import resolve_model
 from agentlightning_cli.proxy.control import Budgets, Gate
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.exchange import Exchange
+from agentlightning_cli.proxy.http_server import HTTPServer, Request, Response, StreamWriter
 from agentlightning_cli.proxy.incoming import read_body
 from agentlightning_cli.proxy.recorder import Recorder
 from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
+from agentlightning_cli.proxy.upstream import UpstreamPool
 
 log = logging.getLogger("alight.proxy")
 EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
@@ -47,8 +46,8 @@ def _presented_key(headers: Any) -> str | None:
     return headers.get("x-api-key")
 
 
-def _json(status: int, body: bytes) -> web.Response:
-    return web.Response(status=status, body=body, headers={"Content-Type": "application/json"})
+def _json(status: int, body: bytes) -> Response:
+    return Response(status, body)
 
 
 class Proxy:
@@ -67,48 +66,38 @@ class Proxy:
         self.base_url = ""
         self._connections = connections
         self._keys: dict[str, bytes] = {}
-        self._urls: dict[str, yarl.URL] = {}
         self._create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
-        self._runner: web.ServerRunner | None = None
-        self.session: aiohttp.ClientSession = None  # type: ignore[assignment]  # made in start(), on the loop
+        self._server: HTTPServer | None = None
+        self.session: UpstreamPool = None  # type: ignore[assignment]  # made in start(), on the loop
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, host: str | None = None, port: int | None = None) -> "Proxy":
         host = host or self.settings.host
         port = self.settings.port if port is None else port
-        connector = aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=300)
-        # Accept-Encoding left out: vLLM does not compress and we re-serialise what it sends.
-        # DummyCookieJar: a cookie the upstream sets must not ride along on other episodes' requests, and
-        # skipping the jar saves filtering cookies on every request.
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                             cookie_jar=aiohttp.DummyCookieJar(),
-                                             skip_auto_headers=("Accept-Encoding", "User-Agent"),
-                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        # No Accept-Encoding, no cookies, no redirects: vLLM does not compress, and what one episode's
+        # answer sets must never ride along on another's request.
+        self.session = UpstreamPool(self.upstream_url, limit=self._connections, connect_timeout=30)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
-        server = web.Server(self._handle, access_log=None, auto_decompress=False)
-        self._runner = web.ServerRunner(server, shutdown_timeout=5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        server = HTTPServer(self._handle, self.settings.max_body_bytes)
+        bound = await server.start(host, port)
+        self._server = server
         self.base_url = f"http://{bound[0]}:{bound[1]}"
         return self
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop listening, give in-flight requests `grace` seconds, then cut them (streams are recorded as
         partial), and flush the recorder."""
-        if self._runner is not None:
-            for site in list(self._runner.sites):
-                await site.stop()
+        if self._server is not None:
+            self._server.stop_listening()
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=grace)
             for task in list(self._tasks):
                 task.cancel()
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=grace)
-            await self._runner.cleanup()
-            self._runner = None
+            self._server.close_connections()
+            self._server = None
         if self.session is not None:
             await self.session.close()
         await asyncio.to_thread(self.recorder.close)
@@ -136,23 +125,16 @@ class Proxy:
         await self.gate.drain()
         await asyncio.wrap_future(self.recorder.call(lambda: None))  # the writer queue is FIFO
 
-    def upstream(self, path: str) -> yarl.URL:
-        """The upstream URL for `path`, parsed once (aiohttp re-parses a str URL on every request)."""
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = yarl.URL(self.upstream_url + path)
-        return url
-
     def upstream_model(self, client_model: str | None) -> str:
         return resolve_model(client_model, self.settings.model_aliases, self.policy)
 
-    def unavailable(self, protocol: str, exc: BaseException | None) -> web.Response:
+    def unavailable(self, protocol: str, exc: BaseException | None) -> Response:
         why = f"{type(exc).__name__}: {exc}" if exc else "unknown"
         msg = f"alight: recording to the store failed, so the proxy refuses traffic it cannot record ({why})"
         return _json(503, error_bytes(protocol, 503, msg))
 
     # -- requests ---------------------------------------------------------------------------------------
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _handle(self, request: Request) -> Response | StreamWriter:
         task = asyncio.current_task()
         self._tasks.add(task)  # type: ignore[arg-type]  # so stop() can cut what outlives its grace period
         try:
@@ -160,7 +142,7 @@ class Proxy:
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
 
-    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _dispatch(self, request: Request) -> Response | StreamWriter:
         started = time.time()
         match = EPISODE_PATH.match(request.path)
         if match is None:
@@ -168,7 +150,7 @@ class Proxy:
         episode_id, rest = match.group(1), match.group(2) or "/"
         method = request.method
         if method == "HEAD" and (rest in PREFLIGHT or rest.rstrip("/") in ("", "/v1")):
-            return web.Response(status=200)
+            return Response(200, b"", None)
         protocol = protocol_of(rest, request.headers)
         if not self.recorder.healthy:
             return self.unavailable(protocol, self.recorder.failure)
@@ -183,7 +165,7 @@ class Proxy:
         path = request.path_qs[len("/e/") + len(episode_id):] or "/"
         ex = Exchange(self, request, episode_id, path, protocol, started)
         try:
-            ex.raw = await read_body(request, self.settings.max_body_bytes)
+            ex.raw = read_body(request, self.settings.max_body_bytes)
             handler = ROUTES.get((method, rest.rstrip("/")))
             if handler is None:
                 raise ProxyReject(404, f"alight: no route for {method} {rest} (see `alight proxy --help`)",
@@ -195,10 +177,10 @@ class Proxy:
             log.exception("internal error on %s %s", method, request.path)
             return await ex.reject(ProxyReject(500, f"alight: internal proxy error: {exc}", "upstream_error"))
 
-    def _unscoped(self, request: web.BaseRequest) -> web.Response:
+    def _unscoped(self, request: Request) -> Response:
         protocol = protocol_of(request.path, request.headers)
         if request.method == "HEAD" and request.path in PREFLIGHT:
-            return web.Response(status=200)
+            return Response(200, b"", None)
         if request.method == "GET" and request.path == "/v1/models":
             return _json(200, json.dumps(models_body(self, protocol)).encode())
         msg = f"alight: no route for {request.method} {request.path}; episode URLs look like /e/<episode_id>/v1"

@@ -12,13 +12,12 @@ import importlib
 import time
 from types import ModuleType
 
-import aiohttp
-from aiohttp import web
-
 from agentlightning_cli.proxy.chat import ChatStreamReader, dumps, loads, plan_chat
 from agentlightning_cli.proxy.errors import ProxyReject, TranslationError, error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import UPSTREAM_DOWN, Exchange, log
+from agentlightning_cli.proxy.http_server import Response, StreamWriter
 from agentlightning_cli.proxy.incoming import parse_json
+from agentlightning_cli.proxy.upstream import UpstreamResponse
 from agentlightning_cli.proxy.passthrough import _read, collect_json, collected_fields
 
 
@@ -30,15 +29,15 @@ def _translator(name: str) -> ModuleType:
                           "client_error") from exc
 
 
-async def handle_messages(ex: Exchange) -> web.StreamResponse:
+async def handle_messages(ex: Exchange) -> Response | StreamWriter:
     return await _translated(ex, _translator("anthropic"))
 
 
-async def handle_responses(ex: Exchange) -> web.StreamResponse:
+async def handle_responses(ex: Exchange) -> Response | StreamWriter:
     return await _translated(ex, _translator("responses"))
 
 
-async def handle_count_tokens(ex: Exchange) -> web.StreamResponse:
+async def handle_count_tokens(ex: Exchange) -> Response | StreamWriter:
     """Anthropic's token counter, answered exactly by vLLM's tokenizer with the chat template applied."""
     module = _translator("anthropic")
     body = parse_json(ex.raw, ex.protocol)
@@ -63,7 +62,7 @@ async def handle_count_tokens(ex: Exchange) -> web.StreamResponse:
         resp.release()
 
 
-async def _translated(ex: Exchange, module: ModuleType) -> web.StreamResponse:
+async def _translated(ex: Exchange, module: ModuleType) -> Response | StreamWriter:
     body = parse_json(ex.raw, ex.protocol)
     ex.stream = bool(body.get("stream"))
     client_model = body.get("model")
@@ -98,7 +97,7 @@ async def _translated(ex: Exchange, module: ModuleType) -> web.StreamResponse:
             resp.release()
 
 
-async def _stream(ex: Exchange, resp: aiohttp.ClientResponse, translator: object) -> web.StreamResponse:
+async def _stream(ex: Exchange, resp: UpstreamResponse, translator: object) -> Response | StreamWriter:
     out = await ex.start_stream()
     reader = ChatStreamReader()
     sent: list[bytes] = []
@@ -112,7 +111,7 @@ async def _stream(ex: Exchange, resp: aiohttp.ClientResponse, translator: object
             await out.write(data)
 
     try:
-        reads = resp.content.iter_any()
+        reads = resp  # each read: whatever bytes have arrived
         while error is None:
             try:
                 data = await reads.__anext__()

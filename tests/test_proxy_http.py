@@ -1,0 +1,271 @@
+"""The proxy's own HTTP/1.1 server and upstream client, over real loopback sockets, byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentlightning_cli.proxy.http_server import HTTPServer, Request, Response
+from agentlightning_cli.proxy.upstream import UpstreamBroken, UpstreamPool
+
+
+async def _server(handler, limit: int = 1 << 20) -> tuple[HTTPServer, int]:
+    server = HTTPServer(handler, limit)
+    _, port = await server.start("127.0.0.1", 0)
+    return server, port
+
+
+async def _echo(request: Request) -> Response:
+    text = f"{request.method} {request.path_qs} {len(request.body)} {request.too_large} {request.body[:20]!r}"
+    return Response(200, text.encode(), "text/plain")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    return head, await reader.readexactly(length)
+
+
+async def test_pipelined_requests_are_answered_in_order_on_one_connection():
+    server, port = await _server(_echo)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
+                 b"GET /b%20c HTTP/1.1\r\nHost: h\r\n\r\n")
+    first = await _read_response(reader)
+    second = await _read_response(reader)
+    assert first[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert first[1] == b"POST /a?x=1 3 False b'abc'"
+    assert second[1] == b"GET /b c 0 False b''"
+    writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_chunked_request_body_is_assembled_and_headers_keep_their_names():
+    seen = {}
+
+    async def handler(request: Request) -> Response:
+        seen["headers"] = list(request.headers.items())
+        seen["auth"] = request.headers.get("AUTHORIZATION")
+        return Response(200, request.body)
+
+    server, port = await _server(handler)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k\r\nAuthorization: Bearer s\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    _, body = await _read_response(reader)
+    assert body == b"hello world"
+    assert ("X-Api-Key", "k") in seen["headers"] and seen["auth"] == "Bearer s"
+    writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_body_over_the_limit_is_discarded_and_flagged():
+    server, port = await _server(_echo, limit=10)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # Declared too large, then sent chunked past the limit: both reach the handler flagged, with no body.
+    writer.write(b"POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world"
+                 b"POST /big2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n"
+                 b"8\r\n12345678\r\n0\r\n\r\n")
+    assert (await _read_response(reader))[1] == b"POST /big 0 True b''"
+    assert (await _read_response(reader))[1] == b"POST /big2 0 True b''"
+    writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_expect_continue_gets_100_before_the_body_is_sent():
+    server, port = await _server(_echo)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /c HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"ok")
+    assert (await _read_response(reader))[1] == b"POST /c 2 False b'ok'"
+    writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_malformed_request_gets_400_and_the_connection_closes():
+    server, port = await _server(_echo)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 5)  # read() returns at EOF: the server closed
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"malformed HTTP request" in answer
+    server.stop_listening()
+
+
+async def _streamer(request: Request):
+    out = request.start_stream(200, {"Content-Type": "text/event-stream"})
+    for i in range(3):
+        await out.write(b"data: %d\n\n" % i)
+    await out.write_eof()
+    return out
+
+
+async def test_stream_is_chunked_for_http11_and_close_delimited_for_http10():
+    server, port = await _server(_streamer)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head
+    assert await reader.readuntil(b"0\r\n\r\n") == b"9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /s HTTP/1.0\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 5)  # an HTTP/1.0 body ends when the connection does
+    assert b"chunked" not in answer and answer.endswith(b"\r\n\r\ndata: 0\n\ndata: 1\n\ndata: 2\n\n")
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_writing_to_a_client_that_left_raises_connection_reset():
+    outcome = asyncio.get_running_loop().create_future()
+    release = asyncio.Event()
+
+    async def handler(request: Request):
+        out = request.start_stream(200, {"Content-Type": "text/event-stream"})
+        await release.wait()
+        try:
+            for _ in range(100):
+                await out.write(b"data: x\n\n")
+                await asyncio.sleep(0.01)
+        except ConnectionResetError as exc:
+            outcome.set_result(exc)
+        return out
+
+    server, port = await _server(handler)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n")
+    await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    await writer.wait_closed()
+    release.set()
+    assert isinstance(await asyncio.wait_for(outcome, 5), ConnectionResetError)
+    server.stop_listening()
+
+
+# -- upstream client ------------------------------------------------------------------------------------
+class _RawUpstream:
+    """A scripted upstream: `answer(n_on_connection, request_bytes)` returns the bytes to send back (a list:
+    sent 50 ms apart; a tuple: sent, then the connection is closed), or None to close the connection without
+    answering. Counts connections."""
+
+    def __init__(self, answer):
+        self.answer, self.connections, self.requests = answer, 0, []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        n = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                body = await reader.readexactly(length)
+                self.requests.append(head + body)
+                reply = self.answer(n, head + body)
+                n += 1
+                if reply is None:
+                    break
+                for part in reply if isinstance(reply, (list, tuple)) else [reply]:
+                    writer.write(part)
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+                if isinstance(reply, tuple) or (isinstance(reply, bytes) and b"Connection: close" in reply):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _ok(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def test_pool_reuses_one_keep_alive_connection_and_sends_the_request_exactly():
+    upstream = _RawUpstream(lambda n, req: _ok(b'{"n": %d}' % n))
+    pool = UpstreamPool(await upstream.start() + "/prefix")
+    for n in range(3):
+        resp = await pool.post("/v1/chat/completions", b'{"a": 1}')
+        assert (resp.status, await resp.read()) == (200, b'{"n": %d}' % n)
+        assert resp.headers["content-type"] == "application/json"
+        resp.release()
+    assert upstream.connections == 1
+    assert upstream.requests[0].startswith(b"POST /prefix/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert upstream.requests[0].endswith(b'Content-Type: application/json\r\nContent-Length: 8\r\n\r\n{"a": 1}')
+    await pool.close()
+    upstream.close()
+
+
+async def test_a_pooled_connection_closed_before_answering_is_retried_once_on_a_fresh_one():
+    # Each connection answers its first request and closes on its second without a byte: as a server does
+    # when its idle keep-alive timer fires just as the request arrives.
+    upstream = _RawUpstream(lambda n, req: _ok(b"fresh") if n == 0 else None)
+    pool = UpstreamPool(await upstream.start())
+    for _ in range(2):
+        resp = await pool.post("/x", b"{}")
+        assert await resp.read() == b"fresh"
+        resp.release()
+    assert upstream.connections == 2 and len(upstream.requests) == 3
+    await pool.close()
+    upstream.close()
+
+
+async def test_a_fresh_connection_closed_without_an_answer_is_an_error_not_a_retry_loop():
+    upstream = _RawUpstream(lambda n, req: None)
+    pool = UpstreamPool(await upstream.start())
+    with pytest.raises(UpstreamBroken, match="closed the connection"):
+        await pool.post("/x", b"{}")
+    assert upstream.connections == 1
+    await pool.close()
+    upstream.close()
+
+
+async def test_streamed_chunks_arrive_as_sent_and_a_close_delimited_body_is_whole():
+    chunks = [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+              b"7\r\ndata: 1\r\n", b"7\r\ndata: 2\r\n", b"0\r\n\r\n"]
+    upstream = _RawUpstream(lambda n, req: chunks if b"/stream" in req else
+                            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+    pool = UpstreamPool(await upstream.start())
+    resp = await pool.post("/stream", b"{}")
+    assert [data async for data in resp] == [b"data: 1", b"data: 2"]  # one read per arrival, 50 ms apart
+    resp.release()
+    resp = await pool.post("/plain", b"{}")
+    assert await resp.read() == b"until the end"
+    resp.release()
+    await pool.close()
+    upstream.close()
+
+
+async def test_malformed_upstream_answer_and_mid_body_close_raise_upstream_broken():
+    upstream = _RawUpstream(lambda n, req: b"garbage\r\n\r\n" if b"/bad" in req else
+                            (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part",))
+    pool = UpstreamPool(await upstream.start())
+    with pytest.raises(UpstreamBroken, match="malformed HTTP"):
+        await pool.post("/bad", b"{}")
+    resp = await pool.post("/short", b"{}")
+    upstream.close()
+    with pytest.raises(UpstreamBroken, match="closed the connection"):
+        await asyncio.wait_for(resp.read(), 5)
+    resp.release()
+    await pool.close()
+
+
+async def test_unreachable_upstream_raises_an_os_error():
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    pool = UpstreamPool(f"http://127.0.0.1:{port}")
+    with pytest.raises(ConnectionRefusedError):
+        await pool.post("/x", b"{}")
+    await pool.close()
