@@ -2,9 +2,10 @@
 
 The fake upstream and the proxy each run in their own process (the proxy via the real `alight proxy`
 command, ad-hoc episodes), so the proxy's CPU time is read exactly from /proc/<pid>/stat (all threads,
-recorder included). The `floor` row is a bare relay with the same aiohttp setup (bench/proxy_floor.py) sent
-the body the proxy would send vLLM: no parsing, stripping or recording, so proxy minus floor is our own
-work and the floor is what no change inside the proxy can go below. The load generator is this process
+recorder included). The `floor` row is a bare relay on the proxy's own HTTP server and upstream client
+(bench/proxy_floor.py) sent the body the proxy would send vLLM: no parsing, stripping or recording, so proxy
+minus floor is our own work and the floor is what no change inside the proxy can go below; `floor-aiohttp` is
+the same relay on aiohttp's server and client, the engine the proxy used before. The load generator is this process
 (raw aiohttp). With --pin (and 2+ CPUs) the proxy is pinned to the last CPU and everything else to the
 others, as in research/proxy-engines.md; on a machine shared with other work, pinning can starve the proxy,
 so it is off by default.
@@ -33,7 +34,7 @@ RESULTS = ROOT / "bench" / "results" / "proxy.json"
 TICK = os.sysconf("SC_CLK_TCK")
 PROMPT = "Please fix the failing test in the repository. " * 32  # ~1.5 KB request body
 REPLY = "The fix is to check the index bounds before reading the list element. " * 5  # 355 tokens to cut from
-# floor: a bare relay (bench/proxy_floor.py) sent the direct body: what any aiohttp proxy costs here.
+# floor / floor-aiohttp: a bare relay (bench/proxy_floor.py) on our HTTP engine / on aiohttp's, sent the direct body.
 TARGETS = ("direct", "floor-aiohttp", "floor", "chat", "anthropic", "responses")
 FLOORS = {"floor": "lean", "floor-aiohttp": "aiohttp"}
 PROXIED = ("chat", "anthropic", "responses")
@@ -245,7 +246,8 @@ def print_table(rows, rss) -> None:
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in cols]
         print(f"{target:<10}" + "".join(f"{c:>13}" for c in cells))
     print(f"proxy peak RSS: {rss:.0f} MB (CPU ms/req: whole process, averaged over c=1 and c=64; loop ms/req: its"
-          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread; floor: a bare relay, the same aiohttp setup without any of our work)")
+          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread; floor: a bare relay on the same HTTP engine without any of our work;"
+          " floor-aiohttp: the same relay on aiohttp)")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ class CountingStore(Store):
 
     batches: list[int]
 
-    def add_calls(self, records):
+    def add_calls(self, records, **options):
         self.batches.append(len(records))
-        return super().add_calls(records)
+        return super().add_calls(records, **options)
 
 
 def test_a_lone_record_is_written_soon_even_when_many_requests_claim_to_be_in_flight(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sqlite3
 import struct
 import threading
@@ -226,3 +227,20 @@ def test_opening_an_up_to_date_store_does_not_wait_for_a_busy_writer(tmp_path: P
         assert time.monotonic() - started < 2
     finally:
         writer.execute("ROLLBACK")
+
+
+def test_json_fields_keep_what_a_fast_encoder_would_change(tmp_path: Path):
+    # NaN/Infinity (a client may send them; a fast JSON encoder writes null), non-str keys, huge ints and
+    # non-ASCII text all load back exactly as given.
+    sampling = {"temperature": float("inf"), "top_p": 0.9, "stop": ["é", "\n"], "seed": 2**70}
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        store.add_call(record(ep.id, sampling=sampling, usage={"weird": float("-inf")}, dropped={7: "x"},
+                              client_headers={"user-agent": "naïve/1.0"}))
+        got = store.get_calls(ep.id)[0]
+    assert got.sampling == sampling and got.usage == {"weird": float("-inf")}
+    assert got.dropped == {"7": "x"} and got.client_headers == {"user-agent": "naïve/1.0"}
+    with Store.open(tmp_path) as store:  # NaN cannot be compared with ==: its text must still say NaN
+        ep = store.create_episode(None, None, None, 1, None, "k")
+        store.add_call(record(ep.id, sampling={"temperature": float("nan")}))
+        assert math.isnan(store.get_calls(ep.id)[0].sampling["temperature"])

@@ -57,6 +57,17 @@ def test_a_batch_over_two_episodes_is_delta_encoded_within_itself_and_reads_back
     assert max(column(tmp_path, "LENGTH(client_request)")[1:6]) < 200
 
 
+def test_add_calls_without_full_objects_returns_where_each_call_went(tmp_path: Path):
+    rng = random.Random(14)
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k").id
+        records = conversation(rng, ep, 4)
+        placed = store.add_calls(records[:1]) + store.add_calls(records[1:], full=False)
+        got = store.get_calls(ep)
+        assert [(p.id, p.seq) for p in placed] == [(c.id, c.seq) for c in got] and [c.seq for c in got] == [0, 1, 2, 3]
+        assert [c.client_request for c in got] == [r.client_request for r in records]
+
+
 def test_a_batch_is_all_or_nothing(tmp_path: Path):
     rng = random.Random(12)
     with Store.open(tmp_path) as store:
@@ -78,10 +89,10 @@ def test_recorder_writes_queued_records_in_few_transactions_and_in_order(tmp_pat
         real = store.add_calls
         release = threading.Event()
 
-        def counting(batch):
+        def counting(batch, **options):
             release.wait(10)  # hold the first write so the rest queue up behind it
             batches.append(len(batch))
-            return real(batch)
+            return real(batch, **options)
 
         store.add_calls = counting  # type: ignore[method-assign]  # wraps the real write, only counts batches
         recorder = Recorder(store)
@@ -141,9 +152,9 @@ def test_inline_writes_run_on_the_caller_only_when_nothing_is_queued_ahead(tmp_p
         threads: list[str] = []
         real = store.add_calls
 
-        def spying(batch):
+        def spying(batch, **options):
             threads.append(threading.current_thread().name)
-            return real(batch)
+            return real(batch, **options)
 
         store.add_calls = spying  # type: ignore[method-assign]  # wraps the real write, notes the thread
         recorder = Recorder(store)

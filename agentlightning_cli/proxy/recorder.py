@@ -127,7 +127,7 @@ class Recorder:
     def _write_now(self, records: list[Any]) -> list[Any]:
         """One store transaction; the first failure marks the recorder broken. Caller holds _write_lock."""
         try:
-            return self.store.add_calls(records)
+            return self.store.add_calls(records, full=False)
         except BaseException as exc:  # noqa: BLE001 - any store failure must stop traffic
             if self.failure is None:
                 log.error("store write failed; proxy now answers 503: %s", exc)

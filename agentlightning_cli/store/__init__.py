@@ -1,7 +1,7 @@
 """The episode store: the only place with SQL. See store.py for the API and migrations.py for the schema."""
 
 from agentlightning_cli.store.calls import KeyframePolicy
-from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run
+from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run, StoredCall
 from agentlightning_cli.store.store import DB_NAME, EpisodeExistsError, Store
 
-__all__ = ["Call", "CallRecord", "DB_NAME", "Episode", "EpisodeExistsError", "KeyframePolicy", "Round", "Run", "Store"]
+__all__ = ["Call", "CallRecord", "DB_NAME", "Episode", "EpisodeExistsError", "KeyframePolicy", "Round", "Run", "Store", "StoredCall"]

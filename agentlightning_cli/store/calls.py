@@ -9,9 +9,12 @@ or plain zstd keyframes.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from agentlightning_cli.store import codec, deltas
 from agentlightning_cli.store.models import Call, CallRecord
@@ -60,9 +63,9 @@ def encode_call(
         name: codec.text_in(getattr(record, name)) for name in _SCALAR_FIELDS if name not in ("id", "seq")
     }
     row["stream"] = int(bool(record.stream))
-    for name in _JSON_FIELDS:  # ensure_ascii: lone surrogates become \u escapes and load back unchanged
+    for name in _JSON_FIELDS:
         value = getattr(record, name)
-        row[name] = None if value is None else json.dumps(value, ensure_ascii=True)
+        row[name] = None if value is None else json_text(value)
     row["client_headers"] = row["client_headers"] or "{}"
     full_ids = _encode_ids(record, recent_ids, row)
     new_bases: dict[str, BodyBase] = {}
@@ -79,6 +82,42 @@ def encode_call(
         row[kind] = None if raw is None else codec.compress(bytes(raw))
         row[f"{kind}_size"] = None if raw is None else len(raw)
     return row, full_ids, new_bases
+
+
+def json_text(value: Any) -> str:
+    """JSON for a TEXT column that json.loads reads back equal. orjson (~5x cheaper) unless the value holds
+    what it would change or refuses: NaN/Infinity (it writes null), lone surrogates, non-str keys, ints past
+    64 bits; those take json.dumps, whose ensure_ascii turns surrogates into \\u escapes that load back."""
+    if _finite(value):
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:
+            pass
+    return json.dumps(value, ensure_ascii=True)
+
+
+def _finite(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(_finite(v) for v in value.values())
+    if kind is list or kind is tuple:
+        return all(_finite(v) for v in value)
+    return kind in _SAFE_TYPES or not isinstance(value, float)
+
+
+_SAFE_TYPES = (str, int, bool, type(None))
+_INSERT_SQL: dict[tuple[str, ...], str] = {}
+
+
+def insert_sql(row: dict[str, Any]) -> str:
+    """The INSERT for this row's columns, built once per column set (the same few every time)."""
+    columns = tuple(row)
+    sql = _INSERT_SQL.get(columns)
+    if sql is None:
+        sql = _INSERT_SQL[columns] = f"INSERT INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    return sql
 
 
 def _encode_body(kind: str, raw: bytes, base: BodyBase | None, policy: KeyframePolicy, row: dict[str, Any]) -> BodyBase:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,13 @@ class CallRecord:
 @dataclass(kw_only=True)
 class Call(CallRecord):
     """A stored CallRecord: `seq` is 0, 1, 2, ... within its episode, assigned atomically on write."""
+
+    id: str
+    seq: int
+
+
+class StoredCall(NamedTuple):
+    """Where a call went: what `Store.add_calls(..., full=False)` returns instead of whole Call objects."""
 
     id: str
     seq: int
