@@ -269,3 +269,103 @@ async def test_unreachable_upstream_raises_an_os_error():
     with pytest.raises(ConnectionRefusedError):
         await pool.post("/x", b"{}")
     await pool.close()
+
+
+async def test_idle_keep_alive_connections_are_closed_but_busy_ones_are_not():
+    release = asyncio.Event()
+
+    async def handler(request: Request) -> Response:
+        if request.path == "/slow":
+            await release.wait()
+        return Response(200, b"ok")
+
+    server = HTTPServer(handler, 1 << 20, keepalive_s=0.2)
+    _, port = await server.start("127.0.0.1", 0)
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+    idle_writer.write(b"GET /fast HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert (await _read_response(idle_reader))[1] == b"ok"
+    busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
+    busy_writer.write(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert await asyncio.wait_for(idle_reader.read(), 5) == b""  # closed by the server once idle
+    await asyncio.sleep(0.3)  # past the keep-alive time, but its request is still being answered
+    release.set()
+    assert (await asyncio.wait_for(_read_response(busy_reader), 5))[1] == b"ok"
+    busy_writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_oversized_request_head_gets_431():
+    from agentlightning_cli.proxy.http_server import MAX_HEAD_BYTES
+
+    server, port = await _server(_echo)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    filler = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(MAX_HEAD_BYTES // 1000 + 2))
+    writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n" + filler + b"\r\n")
+    answer = await asyncio.wait_for(reader.read(), 5)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    server.stop_listening()
+
+
+async def test_a_client_that_stops_reading_holds_the_stream_back():
+    progress = []
+
+    async def handler(request: Request):
+        out = request.start_stream(200, {"Content-Type": "text/event-stream"})
+        for i in range(256):  # 16 MiB in all: far past what socket buffers hold
+            await out.write(b"x" * 65536)
+            progress.append(i)
+        await out.write_eof()
+        return out
+
+    server, port = await _server(handler)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+    writer.transport.pause_reading()
+    writer.write(b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n")
+    await asyncio.sleep(0.5)
+    stalled_at = len(progress)
+    assert 0 < stalled_at < 64  # waiting for the reader, not buffering all 16 MiB in memory
+    writer.transport.resume_reading()
+    await reader.readuntil(b"\r\n\r\n")
+    received, tail = 0, b""
+    while not tail.endswith(b"\r\n0\r\n\r\n"):  # the last chunk: everything was written and read
+        chunk = await asyncio.wait_for(reader.read(1 << 20), 5)
+        assert chunk, "the stream ended early"
+        received, tail = received + len(chunk), (tail + chunk)[-16:]
+    assert len(progress) == 256 and received > 256 * 65536
+    writer.close()
+    server.stop_listening()
+    server.close_connections()
+
+
+async def test_https_upstream_is_verified_against_the_trusted_certificates(tmp_path, monkeypatch):
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(_ok(b'{"tls": true}'))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    untrusting = UpstreamPool(url)  # the self-signed certificate is not trusted: refused, not ignored
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await untrusting.post("/x", b"{}")
+    await untrusting.close()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    pool = UpstreamPool(url)
+    resp = await pool.post("/x", b"{}")
+    assert (resp.status, await resp.read()) == (200, b'{"tls": true}')
+    resp.release()
+    await pool.close()
+    server.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from http import HTTPStatus
 from typing import Any, Awaitable, Callable, Iterator
@@ -27,6 +28,15 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # A client that stops reading: stop producing for it once this much waits in the socket buffer.
 _WRITE_HIGH_WATER = 256 * 1024
+# Request line + headers: far above what any harness sends; past it the request is refused with 431.
+MAX_HEAD_BYTES = 256 * 1024
+# A keep-alive connection with no request for this long is closed (clients reconnect transparently), so
+# connections a client leaks cannot pile up in a long run. Checked by one sweep, not a timer per request.
+KEEPALIVE_S = 75.0
+
+
+class _HeadTooLarge(Exception):
+    pass
 
 
 def _text(raw: bytes) -> str:
@@ -139,19 +149,32 @@ Handler = Callable[[Request], Awaitable["Response | StreamWriter"]]
 
 
 class HTTPServer:
-    def __init__(self, handler: Handler, max_body_bytes: int):
-        self.handler, self.max_body_bytes = handler, max_body_bytes
+    def __init__(self, handler: Handler, max_body_bytes: int, keepalive_s: float = KEEPALIVE_S):
+        self.handler, self.max_body_bytes, self.keepalive_s = handler, max_body_bytes, keepalive_s
         self.connections: set[_Connection] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), host, port, backlog=1024)
+        self._sweeper = loop.create_task(self._sweep())
         return self._server.sockets[0].getsockname()[:2]
 
     def stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.keepalive_s / 4, 15.0))
+            idle_since = time.monotonic() - self.keepalive_s
+            for conn in list(self.connections):
+                if conn.idle and conn.last_active < idle_since:
+                    conn.transport.close()
 
     def close_connections(self) -> None:
         for conn in list(self.connections):
@@ -175,7 +198,14 @@ class _Connection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._size = 0
+        self._head_bytes = 0
         self._request: Request | None = None
+        self.last_active = time.monotonic()
+
+    @property
+    def idle(self) -> bool:
+        """Between requests: nothing being answered, nothing half received."""
+        return self._task is None and self._request is None and not self._queue and self._head_bytes == 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -189,12 +219,16 @@ class _Connection(asyncio.Protocol):
         self._wake_drain()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, b"alight: protocol upgrades are not supported\n")
         except httptools.HttpParserError as exc:
-            self._fail(400, b"alight: malformed HTTP request: %s\n" % str(exc).encode())
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._fail(431, b"alight: request line and headers exceed %d bytes\n" % MAX_HEAD_BYTES)
+            else:
+                self._fail(400, b"alight: malformed HTTP request: %s\n" % str(exc).encode())
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -205,13 +239,20 @@ class _Connection(asyncio.Protocol):
 
     # -- llhttp callbacks -----------------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._url, self._headers, self._body, self._size = b"", [], [], 0
+        self._url, self._headers, self._body, self._size, self._head_bytes = b"", [], [], 0, 1
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), _text(value)))
+        self._count_head(len(name) + len(value))
+
+    def _count_head(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge()
 
     def on_headers_complete(self) -> None:
         parser = self.parser
@@ -236,6 +277,7 @@ class _Connection(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._head_bytes = 0
         request, self._request = self._request, None
         if request is None:
             return
