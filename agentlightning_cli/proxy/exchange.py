@@ -54,9 +54,10 @@ class Exchange:
                     **fields: Any) -> Response:
         """Answer only once the record is durable (fail closed: a failed write becomes a 503)."""
         record = self.record(outcome, http_status, response=body, **fields)
+        waiter = asyncio.get_running_loop().create_future()
+        self.proxy.recorder.write_soon(record, waiter)
         try:
-            # Inline when this is the only request in flight: nothing else waits on the loop meanwhile.
-            await self.proxy.recorder.write(record, inline=self.proxy.gate.in_flight <= 1)
+            await waiter
         except Exception as exc:  # noqa: BLE001 - any store failure means we must not serve this answer
             return self.proxy.unavailable(self.protocol, exc)
         return Response(http_status, body, content_type)
@@ -85,7 +86,7 @@ class Exchange:
     def finish_stream(self, outcome: str, sent: list[bytes], **fields: Any) -> None:
         """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""
         record = self.record(outcome, 200, response=b"".join(sent), **fields)
-        self.proxy.recorder.submit(record)
+        self.proxy.recorder.write_soon(record)
 
 
 class _Forwarding:

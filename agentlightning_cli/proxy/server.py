@@ -100,6 +100,7 @@ class Proxy:
             self._server = None
         if self.session is not None:
             await self.session.close()
+        self.recorder.flush_soon()  # records still gathering on the loop go before the writer stops
         await asyncio.to_thread(self.recorder.close)
 
     # -- control ----------------------------------------------------------------------------------------
@@ -123,6 +124,7 @@ class Proxy:
     async def drain(self) -> None:
         """Wait until every forwarded request has answered and its record is in the store."""
         await self.gate.drain()
+        self.recorder.flush_soon()  # what is gathering on the loop is written (or queued) now
         await asyncio.wrap_future(self.recorder.call(lambda: None))  # the writer queue is FIFO
 
     def upstream_model(self, client_model: str | None) -> str:
