@@ -23,6 +23,7 @@ Ctrl-C stops."""
 
 async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
     from agentlightning_cli.errors import AlightError
+    from agentlightning_cli.proxy.gc_policy import tune_for_serving
     from agentlightning_cli.proxy.server import Proxy
     from agentlightning_cli.store import Store
 
@@ -44,6 +45,7 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
         except OSError as exc:
             raise AlightError(f"cannot listen on {settings.proxy.host}:{settings.proxy.port}: {exc.strerror or exc}",
                               "pick another --port (0 picks a free one)") from exc
+        tune_for_serving()  # everything is imported now; see gc_policy.py
         text = BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
                              model=model or "whatever each client asks for")
         print(text, file=sys.stderr, flush=True)

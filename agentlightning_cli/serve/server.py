@@ -96,6 +96,10 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
             # A restarted `--run NAME` keeps its round 0 (same policy-r0 adapter directory).
             rnd = next((r for r in store.list_rounds(run.id) if r.index == 0), None) or store.create_round(
                 run.id, 0, policy.policy, str(policy.adapter_dir(0)))
+            from agentlightning_cli.proxy import server as _proxy_modules  # noqa: F401  (imported before the freeze)
+            from agentlightning_cli.proxy.gc_policy import tune_for_serving
+
+            tune_for_serving()  # see gc_policy.py
             try:
                 asyncio.run(run_proxy(settings, policy, store, run, run_dir, round_id=rnd.id))
             finally:
