@@ -130,7 +130,7 @@ async def measure(env, paced, rounds, quick):
             raw[target]["sse"].append(await load(target, env, 16, nsse, True, 200))
             # Time to first byte: 16 concurrent streams paced like a real model (5 ms per event), so the
             # number is the proxy's added latency rather than CPU starvation by 16 unpaced 200-event bursts.
-            raw[target]["ttfb"].append(await load(target, paced, 16, 32, True, 20))
+            raw[target]["ttfb"].append(await load(target, paced, 16, 64, True, 20))
     out = {}
     for target, runs in raw.items():
         lat = [x for r in runs["c1"] for x in r["lat"]]

@@ -86,7 +86,9 @@ class Exchange:
     def finish_stream(self, outcome: str, sent: list[bytes], **fields: Any) -> None:
         """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""
         record = self.record(outcome, 200, response=b"".join(sent), **fields)
-        self.proxy.recorder.write_soon(record)
+        # The writer thread, not the loop: nobody waits for it, and a long stream's record (all its events,
+        # compressed) would hold up the first bytes of streams starting meanwhile (bench/proxy.py TTFB).
+        self.proxy.recorder.submit(record)
 
 
 class _Forwarding:
