@@ -128,49 +128,18 @@ def test_cancelled_waiters_do_not_stop_the_recorder(tmp_path: Path):
         blocked = recorder.call(gate.wait, 10)  # the writer is busy: what follows queues up
 
         async def scenario():
+            loop = asyncio.get_running_loop()
             cancelled_call = recorder.call(lambda: None)
             cancelled_call.cancel()  # e.g. a drain() cut by Proxy.stop
-            task = asyncio.ensure_future(recorder.write(records[0]))
+            first, second = loop.create_future(), loop.create_future()
+            recorder.write_soon(records[0], first)  # queued behind the busy writer, as the loop must not overtake
             await asyncio.sleep(0.05)
-            task.cancel()  # the client went away while its answer waited for the record
+            first.cancel()  # the request was cut while its answer waited for the record
             gate.set()
-            return await asyncio.wait_for(recorder.write(records[1]), 10)  # hangs if the writer died
+            recorder.write_soon(records[1], second)
+            return await asyncio.wait_for(second, 10)  # hangs if the writer died
 
         assert asyncio.run(scenario()).seq == 1 and blocked.result(10)
         assert recorder.submit(records[2]).result(10).seq == 2 and recorder.healthy
         recorder.close()
         assert [c.seq for c in store.get_calls(ep)] == [0, 1, 2]
-
-
-def test_inline_writes_run_on_the_caller_only_when_nothing_is_queued_ahead(tmp_path: Path):
-    import asyncio
-
-    rng = random.Random(15)
-    with Store.open(tmp_path) as store:
-        ep = store.create_episode(None, None, None, 0, None, "k").id
-        records = conversation(rng, ep, 3)
-        threads: list[str] = []
-        real = store.add_calls
-
-        def spying(batch, **options):
-            threads.append(threading.current_thread().name)
-            return real(batch, **options)
-
-        store.add_calls = spying  # type: ignore[method-assign]  # wraps the real write, notes the thread
-        recorder = Recorder(store)
-
-        async def scenario():
-            first = await recorder.write(records[0], inline=True)  # writer idle: written right here
-            gate = threading.Event()
-            recorder.call(gate.wait, 10)  # writer busy ...
-            queued = recorder.submit(records[1])  # ... with a record queued behind it
-            later = asyncio.ensure_future(recorder.write(records[2], inline=True))  # must not jump the queue
-            await asyncio.sleep(0.05)
-            assert not later.done()
-            gate.set()
-            return first, queued, await asyncio.wait_for(later, 10)
-
-        first, queued, later = asyncio.run(scenario())
-        recorder.close()
-        assert (first.seq, queued.result(10).seq, later.seq) == (0, 1, 2)
-        assert threads[0] == threading.current_thread().name and set(threads[1:]) == {"alight-recorder"}

@@ -46,7 +46,7 @@ class Recorder:
         self.failure: BaseException | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         # Writes happen one at a time, in queue order: the writer thread holds _write_lock per batch, and an
-        # inline write (see `write`) only runs when everything queued before it is done (_done == _queued).
+        # batch written on the loop (see `flush_soon`) only when everything queued before it is done (_done == _queued).
         self._write_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._queued = 0
@@ -70,24 +70,6 @@ class Recorder:
         with self._count_lock:
             self._queued += 1
         self._queue.put(item)
-
-    async def write(self, record: Any, inline: bool = False) -> Any:
-        """Write and wait for the store to confirm; raises what the store raised.
-
-        `inline`: the caller knows nothing else is in flight. Then, if the writer is idle, the record is
-        written right here on the event loop (~0.2 ms it has nothing else to do in) instead of handing it to
-        the writer thread and back: two cross-thread wake-ups saved, most of one request's recording overhead
-        when requests come one at a time."""
-        if inline and self._done == self._queued and self._write_lock.acquire(blocking=False):
-            try:
-                if self._done == self._queued:  # nothing queued ahead of it: order is kept
-                    return self._write_now([record])[0]
-            finally:
-                self._write_lock.release()
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        self._put((record, (loop, waiter)))  # settled by _settle, one loop wake-up per batch
-        return await waiter
 
     def write_soon(self, record: Any, waiter: asyncio.Future | None = None) -> None:
         """From the event loop: add `record` to the batch being gathered; `waiter` (if any) gets the stored
