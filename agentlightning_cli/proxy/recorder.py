@@ -45,8 +45,9 @@ class Recorder:
         self._in_flight = in_flight
         self.failure: BaseException | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        # Writes happen one at a time, in queue order: the writer thread holds _write_lock per batch, and an
-        # batch written on the loop (see `flush_soon`) only when everything queued before it is done (_done == _queued).
+        # Writes happen one at a time, in queue order: the writer thread holds _write_lock per batch, and a
+        # batch is written on the loop (`flush_soon`) only when everything queued before it is done
+        # (_done == _queued).
         self._write_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._queued = 0
