@@ -10,7 +10,7 @@ the same relay on aiohttp's server and client, the engine the proxy used before.
 others, as in research/proxy-engines.md; on a machine shared with other work, pinning can starve the proxy,
 so it is off by default.
 
-    python bench/proxy.py [--rounds 2] [--quick] [--pin]
+    python bench/proxy.py [--rounds 2] [--repeat 1] [--quick] [--pin]
 """
 
 from __future__ import annotations
@@ -190,13 +190,8 @@ def pair(tmp: Path, name: str, script: dict, mine, proxy_cpus, procs: list) -> d
     return env
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
-    parser.add_argument("--pin", action="store_true", help="pin the proxy to its own CPU")
-    args = parser.parse_args()
-    cpus = sorted(os.sched_getaffinity(0))
+def run_once(args, cpus) -> dict:
+    """Fresh processes, one interleaved measurement: {"rows", "proxy_peak_rss_mb", "load_avg_*"}."""
     load_before = os.getloadavg()
     mine, proxy_cpus = (set(cpus[:-1]), {cpus[-1]}) if args.pin and len(cpus) > 1 else (None, None)
     tmp = Path(tempfile.mkdtemp(prefix="alight-bench-"))
@@ -213,6 +208,14 @@ def main() -> None:
             proc.terminate()
             proc.wait(20)
         shutil.rmtree(tmp, ignore_errors=True)
+        if mine:
+            os.sched_setaffinity(0, set(cpus))
+    derive(rows)
+    return {"rows": rows, "proxy_peak_rss_mb": rss, "load_avg_before": load_before, "load_avg_after": os.getloadavg()}
+
+
+def derive(rows: dict) -> None:
+    """Ratios against `direct` (same run) and, for the proxied protocols, the issue's targets."""
     direct = rows["direct"]
     for target in TARGETS[1:]:
         row = rows[target]
@@ -226,9 +229,49 @@ def main() -> None:
             "c64_rps>=60%direct": row["json_c64_rps_vs_direct"] >= 0.6,
             "added_ttfb<=2ms": row["ttfb_added_p50_ms"] <= 2.0,
         }
-    report = {"rows": rows, "proxy_peak_rss_mb": rss, "cpus": len(cpus), "pinned": bool(mine), "rounds": args.rounds,
-              "load_avg_before": load_before,
-              "load_avg_after": os.getloadavg(), "reply_tokens": {"json": 40, "sse": 200}}
+
+
+def median_rows(runs: list[dict]) -> dict:
+    """Per target and metric, the median over runs (each run's ratios were taken side by side in that run)."""
+    out: dict = {}
+    for target in TARGETS:
+        keys = [k for k, v in runs[0]["rows"][target].items() if isinstance(v, (int, float))]
+        out[target] = {k: statistics.median(run["rows"][target][k] for run in runs) for k in keys}
+    for target in PROXIED:
+        row = out[target]
+        row["targets_met"] = {
+            "cpu_per_json<=0.5ms": row["proxy_cpu_ms_per_json"] <= 0.5,
+            "cpu_per_event<=20us": row["proxy_cpu_us_per_event"] <= 20,
+            "c64_rps>=60%direct": row["json_c64_rps_vs_direct"] >= 0.6,
+            "added_ttfb<=2ms": row["ttfb_added_p50_ms"] <= 2.0,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="whole runs, each with fresh processes; the summary is their median (this machine "
+                             "is shared: one run's absolute numbers can swing by 25%%, its ratios much less)")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
+    parser.add_argument("--pin", action="store_true", help="pin the proxy to its own CPU")
+    args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    runs = []
+    for i in range(args.repeat):
+        runs.append(run_once(args, cpus))
+        if args.repeat > 1:
+            print(f"run {i + 1}/{args.repeat} (load {runs[-1]['load_avg_before'][0]:.2f}):")
+            print_table(runs[-1]["rows"], runs[-1]["proxy_peak_rss_mb"])
+    rows = median_rows(runs) if args.repeat > 1 else runs[0]["rows"]
+    rss = max(run["proxy_peak_rss_mb"] for run in runs)
+    report = {"rows": rows, "proxy_peak_rss_mb": rss, "cpus": len(cpus), "pinned": args.pin, "rounds": args.rounds,
+              "repeat": args.repeat, "runs": runs if args.repeat > 1 else None,
+              "load_avg_before": runs[0]["load_avg_before"], "load_avg_after": runs[-1]["load_avg_after"],
+              "reply_tokens": {"json": 40, "sse": 200}}
+    if args.repeat > 1:
+        print(f"median of {args.repeat} runs:")
     print_table(rows, rss)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
@@ -245,9 +288,10 @@ def print_table(rows, rss) -> None:
     for target, row in rows.items():
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in cols]
         print(f"{target:<10}" + "".join(f"{c:>13}" for c in cells))
-    print(f"proxy peak RSS: {rss:.0f} MB (CPU ms/req: whole process, averaged over c=1 and c=64; loop ms/req: its"
-          " event-loop thread alone, which at c=1 also writes each record inline; the rest is the recorder thread; floor: a bare relay on the same HTTP engine without any of our work;"
-          " floor-aiohttp: the same relay on aiohttp)")
+    print(f"proxy peak RSS: {rss:.0f} MB (CPU ms/req: whole process, averaged over c=1 and c=64; loop ms/req: its\n"
+          "  event-loop thread alone, which writes the JSON answers' records; the rest is the writer thread, which\n"
+          "  writes the streams'; floor: a bare relay on the same HTTP engine without any of our work; floor-aiohttp:\n"
+          "  the same relay on aiohttp's server and client)")
 
 
 if __name__ == "__main__":
