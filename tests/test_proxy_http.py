@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -14,6 +15,19 @@ async def _server(handler, limit: int = 1 << 20) -> tuple[HTTPServer, int]:
     server = HTTPServer(handler, limit)
     _, port = await server.start("127.0.0.1", 0)
     return server, port
+
+
+@contextlib.asynccontextmanager
+async def _connected(handler, limit: int = 1 << 20):
+    """(reader, writer) of one client connection to a fresh server; both closed afterwards."""
+    server, port = await _server(handler, limit)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        server.stop_listening()
+        server.close_connections()
 
 
 async def _echo(request: Request) -> Response:
@@ -28,18 +42,14 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 
 
 async def test_pipelined_requests_are_answered_in_order_on_one_connection():
-    server, port = await _server(_echo)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
-                 b"GET /b%20c HTTP/1.1\r\nHost: h\r\n\r\n")
-    first = await _read_response(reader)
-    second = await _read_response(reader)
+    async with _connected(_echo) as (reader, writer):
+        writer.write(b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
+                     b"GET /b%20c HTTP/1.1\r\nHost: h\r\n\r\n")
+        first = await _read_response(reader)
+        second = await _read_response(reader)
     assert first[0].startswith(b"HTTP/1.1 200 OK\r\n")
     assert first[1] == b"POST /a?x=1 3 False b'abc'"
     assert second[1] == b"GET /b c 0 False b''"
-    writer.close()
-    server.stop_listening()
-    server.close_connections()
 
 
 async def test_chunked_request_body_is_assembled_and_headers_keep_their_names():
@@ -50,42 +60,30 @@ async def test_chunked_request_body_is_assembled_and_headers_keep_their_names():
         seen["auth"] = request.headers.get("AUTHORIZATION")
         return Response(200, request.body)
 
-    server, port = await _server(handler)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k\r\nAuthorization: Bearer s\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
-    _, body = await _read_response(reader)
-    assert body == b"hello world"
-    assert ("X-Api-Key", "k") in seen["headers"] and seen["auth"] == "Bearer s"
-    writer.close()
-    server.stop_listening()
-    server.close_connections()
+    async with _connected(handler) as (reader, writer):
+        writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k\r\nAuthorization: Bearer s\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        _, body = await _read_response(reader)
+        assert body == b"hello world"
+        assert ("X-Api-Key", "k") in seen["headers"] and seen["auth"] == "Bearer s"
 
 
 async def test_body_over_the_limit_is_discarded_and_flagged():
-    server, port = await _server(_echo, limit=10)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    # Declared too large, then sent chunked past the limit: both reach the handler flagged, with no body.
-    writer.write(b"POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world"
-                 b"POST /big2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n"
-                 b"8\r\n12345678\r\n0\r\n\r\n")
-    assert (await _read_response(reader))[1] == b"POST /big 0 True b''"
-    assert (await _read_response(reader))[1] == b"POST /big2 0 True b''"
-    writer.close()
-    server.stop_listening()
-    server.close_connections()
+    async with _connected(_echo, limit=10) as (reader, writer):
+        # Declared too large, then sent chunked past the limit: both reach the handler flagged, with no body.
+        writer.write(b"POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world"
+                     b"POST /big2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n"
+                     b"8\r\n12345678\r\n0\r\n\r\n")
+        assert (await _read_response(reader))[1] == b"POST /big 0 True b''"
+        assert (await _read_response(reader))[1] == b"POST /big2 0 True b''"
 
 
 async def test_expect_continue_gets_100_before_the_body_is_sent():
-    server, port = await _server(_echo)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /c HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
-    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
-    writer.write(b"ok")
-    assert (await _read_response(reader))[1] == b"POST /c 2 False b'ok'"
-    writer.close()
-    server.stop_listening()
-    server.close_connections()
+    async with _connected(_echo) as (reader, writer):
+        writer.write(b"POST /c HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"ok")
+        assert (await _read_response(reader))[1] == b"POST /c 2 False b'ok'"
 
 
 async def test_malformed_request_gets_400_and_the_connection_closes():
