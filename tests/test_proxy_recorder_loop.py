@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentlightning_cli.proxy import recorder as recorder_module
-from agentlightning_cli.proxy.recorder import Recorder
+from agentlightning_cli.proxy.recorder import BATCH, Recorder
 from agentlightning_cli.store import CallRecord, Store
 
 
@@ -109,3 +109,20 @@ async def test_a_failed_batch_fails_every_waiter_and_the_recorder(tmp_path: Path
         finally:
             recorder.close()
         assert not recorder.healthy and isinstance(recorder.failure, LookupError)
+
+
+async def test_a_full_batch_is_written_without_waiting_for_the_window(store: SpyStore):
+    ep = store.create_episode(None, None, None, 0, None, "k").id
+    recorder = Recorder(store, in_flight=lambda: 100, gather_s=30.0)
+    loop = asyncio.get_running_loop()
+    waiters = [loop.create_future() for _ in range(BATCH + 3)]
+    try:
+        for n, waiter in enumerate(waiters):
+            recorder.write_soon(record(ep, n), waiter)
+        assert len(store.get_calls(ep)) == BATCH  # the full batch went at once; 3 still gather
+        recorder.flush_soon()
+        placed = await asyncio.wait_for(asyncio.gather(*waiters), 5)
+    finally:
+        recorder.close()
+    assert [p.seq for p in placed] == list(range(BATCH + 3))
+    assert [n for n, _ in store.writes] == [BATCH, 3]

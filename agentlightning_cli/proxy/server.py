@@ -1,8 +1,8 @@
 """The recording proxy: routes `/e/<episode>/...`, checks the episode key, dispatches by protocol.
 
 Its own lean HTTP server (http_server.py) in front of ONE pooled upstream client (upstream.py), both on
-llhttp: a bare relay on these costs 0.16 ms of CPU per request against 0.38 ms for the aiohttp server + client
-pair research/proxy-engines.md recommended (bench/proxy.py, `floor` rows, side by side).
+llhttp: a bare relay on these costs 0.18 ms of CPU per request against 0.30 ms for the aiohttp server + client
+pair research/proxy-engines.md recommended (bench/proxy.py, `floor` and `floor-aiohttp` rows, side by side).
 """
 
 from __future__ import annotations
