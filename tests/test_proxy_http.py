@@ -269,7 +269,7 @@ async def test_unreachable_upstream_raises_an_os_error():
     await pool.close()
 
 
-async def test_idle_keep_alive_connections_are_closed_but_busy_ones_are_not():
+async def test_idle_and_stalled_connections_are_closed_but_busy_ones_are_not():
     release = asyncio.Event()
 
     async def handler(request: Request) -> Response:
@@ -284,7 +284,10 @@ async def test_idle_keep_alive_connections_are_closed_but_busy_ones_are_not():
     assert (await _read_response(idle_reader))[1] == b"ok"
     busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
     busy_writer.write(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")
+    stalled_reader, stalled_writer = await asyncio.open_connection("127.0.0.1", port)
+    stalled_writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")  # never finished
     assert await asyncio.wait_for(idle_reader.read(), 5) == b""  # closed by the server once idle
+    assert await asyncio.wait_for(stalled_reader.read(), 5) == b""  # ... and one stalled mid-request
     await asyncio.sleep(0.3)  # past the keep-alive time, but its request is still being answered
     release.set()
     assert (await asyncio.wait_for(_read_response(busy_reader), 5))[1] == b"ok"

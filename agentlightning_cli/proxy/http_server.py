@@ -30,8 +30,9 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _WRITE_HIGH_WATER = 256 * 1024
 # Request line + headers: far above what any harness sends; past it the request is refused with 431.
 MAX_HEAD_BYTES = 256 * 1024
-# A keep-alive connection with no request for this long is closed (clients reconnect transparently), so
-# connections a client leaks cannot pile up in a long run. Checked by one sweep, not a timer per request.
+# A connection that has sent nothing for this long while nothing is being answered for it is closed: an idle
+# keep-alive connection (clients reconnect transparently) or a request stalled half-sent. Connections a client
+# leaks cannot pile up in a long run. Checked by one sweep, not a timer per request.
 KEEPALIVE_S = 75.0
 
 
@@ -204,8 +205,8 @@ class _Connection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        """Between requests: nothing being answered, nothing half received."""
-        return self._task is None and self._request is None and not self._queue and self._head_bytes == 0
+        """Nothing being answered (between requests, or a request still arriving)."""
+        return self._task is None and not self._queue
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
