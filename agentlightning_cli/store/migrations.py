@@ -119,12 +119,58 @@ M002_SPLICE_BODIES = """
 -- then the new middle bytes, raw or zstd) beside zstd raw-content-dictionary frames (first byte 0x28).
 """
 
+# Training writes what it did, so `alight inspect` can draw loss curves and explain each round's data
+# without re-running anything: one row per optimizer step and one summary per trained round.
+M003_TRAINING = """
+CREATE TABLE train_steps (
+  -- Why: per optimizer step metrics of `alight train` / the training between rounds; the inspect view
+  -- draws loss and reward curves from these, and a slow step (tokens/s) is visible after the fact.
+  run_id        TEXT NOT NULL REFERENCES runs(id),
+  round_idx     INTEGER NOT NULL,    -- the round whose episodes were trained on (its adapter comes next)
+  step          INTEGER NOT NULL,    -- optimizer step within this round's training, 1, 2, ...
+  loss          REAL,                -- the GRPO surrogate loss (not a progress metric on its own: on-policy
+                                     -- it is minus the mean advantage of the batch)
+  reward_mean   REAL,                -- mean reward of the episodes in the step's rows
+  reward_std    REAL,
+  clip_fraction REAL,                -- share of tokens whose ratio hit the PPO clip
+  grad_norm     REAL,                -- before clipping
+  tokens_per_s  REAL,                -- tokens forwarded (prompt + gap + completion) per wall second
+  rows          INTEGER,             -- training rows in the step
+  merged_calls  INTEGER,             -- calls those rows cover (rows < calls when prefixes merged)
+  extra         TEXT,                -- JSON: every other metric the trainer logged (entropy, IS stats, lr, ...)
+  at            REAL NOT NULL,       -- time.time() when the step ended
+  PRIMARY KEY (run_id, round_idx, step)
+);
+
+CREATE TABLE train_rounds (
+  -- Why: one summary per trained round: what went into the rows (and why calls did not merge), which
+  -- groups were dropped, where the adapter went. Re-training a round replaces its row.
+  run_id          TEXT NOT NULL REFERENCES runs(id),
+  round_idx       INTEGER NOT NULL,
+  rows            INTEGER NOT NULL,  -- training rows after merging and dropping
+  calls           INTEGER NOT NULL,  -- calls those rows cover: calls / rows = calls per row
+  steps           INTEGER NOT NULL,  -- optimizer steps taken
+  seconds         REAL NOT NULL,     -- wall time of the whole training (loading, steps, saving)
+  merge_rule      TEXT NOT NULL,     -- strict | splice (train.merge)
+  break_reasons   TEXT NOT NULL,     -- JSON {template|retokenised|edited|other: count}: why calls did not merge
+  dropped         TEXT NOT NULL,     -- JSON counts: zero-variance groups, over-long rows, error calls,
+                                     -- retried prompts, outcomes not trained, episodes without reward ...
+  adapter_dir     TEXT,              -- where the trained adapter was written
+  base_adapter    TEXT,              -- the adapter training continued from (NULL: a fresh LoRA)
+  chat_template   TEXT,              -- serve.chat_template choice the round's calls were served with
+  detail          TEXT,              -- JSON: settings used (lr, rank, ...), anything else worth keeping
+  finished_at     REAL NOT NULL,
+  PRIMARY KEY (run_id, round_idx)
+);
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
     ("m002_splice_bodies", "no table change: request-body deltas may also be splice frames (common prefix and"
      " suffix with the base body + the new middle bytes), which older alight versions cannot read",
      M002_SPLICE_BODIES),
+    ("m003_training", "per-step training metrics and per-round training summaries", M003_TRAINING),
 ]
 
 _LEDGER = """
