@@ -84,6 +84,20 @@ class HarnessOverride(Section):
     timeout_s: float | None = None
 
 
+class EpisodeLimits(Section):
+    """Per episode, all its processes together; past one the sandbox is killed and the outcome is
+    `resource_limit` naming it. Enforced inside the sandbox (`sandbox: bwrap`)."""
+
+    cpu_s: float = 3600.0
+    """CPU seconds used by every process of the episode (a process alone also gets SIGXCPU past it)."""
+    memory_mb: int = 4096
+    """Resident memory of every process of the episode together."""
+    processes: int = 512
+    """Processes alive at once (a fork bomb stops here)."""
+    file_size_mb: int = 2048
+    """Largest file one write may grow (the writer gets SIGXFSZ); also the size of the sandbox's /tmp."""
+
+
 class Settings(Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".alight")
     """Caches: models, harness installs. ALIGHT_HOME."""
@@ -93,6 +107,10 @@ class Settings(Section):
     serve: ServeSettings = Field(default_factory=ServeSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     harness: dict[str, HarnessOverride] = Field(default_factory=dict)
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    """Where episodes, setup and reward commands run: `bwrap` (bubblewrap: only the workspace, the proxy and
+    what the harness needs are visible; no network) or `none` (on the host; must be chosen explicitly)."""
+    episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
 
 
 def user_config_path() -> Path:
