@@ -44,6 +44,10 @@ class ServeSettings(Section):
     extra_args: list[str] = Field(default_factory=list)
     """Passed to vLLM's server unchanged, after alight's own flags."""
     startup_timeout_s: float = 300.0
+    chat_template: str = "auto"
+    """model | training | PATH | auto. `training`: TRL's prefix-preserving training template for this model family
+    (so multi-turn calls merge into one training row); `auto`: that one only when the model's own template is
+    not prefix-preserving and TRL has one; PATH: a Jinja file. The choice is recorded in the run."""
 
 
 class SamplingOverrides(Section):
@@ -51,6 +55,9 @@ class SamplingOverrides(Section):
     top_p: float | None = None
     max_tokens_cap: int | None = None
     """Upper bound on max_tokens / max_output_tokens; the client's smaller value wins."""
+    token_ids: bool = True
+    """Ask the upstream for token ids and logprobs on every call (vLLM answers them; `alight run --upstream`
+    turns this off for a server that rejects them, and such a run cannot be trained on)."""
     tool_choice: Literal["auto", "required", "none"] | None = None
     """Forced on every request that offers tools. With `required` vLLM constrains each answer to start a call of
     an offered tool; an untrained model then still ends a streamed turn with a tool call, which keeps a
@@ -98,6 +105,44 @@ class EpisodeLimits(Section):
     """Largest file one write may grow (the writer gets SIGXFSZ); also the size of the sandbox's /tmp."""
 
 
+class TrainSettings(Section):
+    merge: Literal["strict", "splice"] = "strict"
+    """How consecutive calls join into one row: strict = exact token prefix; splice = the next prompt starts with
+    the previous prompt (the previous reply's sampled ids kept; the gap taken after that turn's end token)."""
+    outcomes: list[str] = Field(default_factory=lambda: ["finished", "budget_exceeded", "timeout"])
+    """Harness outcomes whose episodes train (harness_error / no_calls say nothing about the policy)."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantage = reward - group mean, divided by the group's std, the round's std, or nothing."""
+    max_row_tokens: int | None = None
+    """Rows longer than this are dropped (never truncated); empty = serve.max_model_len."""
+    lora_rank: int | None = None
+    """Empty: 32 for a real model, 8 for the embedded tiny model. Must be <= serve.max_lora_rank to be served."""
+    lora_alpha: int | None = None
+    """Empty: 2 x rank."""
+    lora_dropout: float = 0.0
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    learning_rate: float = 1e-5
+    epochs: int = 1
+    """Passes over a round's rows."""
+    batch_size: int = 4
+    """Rows per forward pass (per_device_train_batch_size)."""
+    grad_accum: int = 4
+    """Forward passes per optimizer step: one step sees batch_size x grad_accum rows."""
+    loss_type: str = "dapo"
+    importance_sampling: Literal["token_truncate", "sequence_truncate", "none"] = "token_truncate"
+    """Weights exp(logp_trainer - logp_vllm) from the stored vLLM logprobs, truncated at importance_cap."""
+    importance_cap: float = 3.0
+    seed: int = 0
+    grpo: dict[str, Any] = Field(default_factory=dict)
+    """Passed to trl.GRPOConfig unchanged (after alight's own values), e.g. {max_grad_norm: 0.5}."""
+
+
+class RewardSettings(Section):
+    on_error: Literal["skip", "zero"] = "skip"
+    """An episode whose reward command failed (`reward_error`): left out of training, or scored 0."""
+
+
 class Settings(Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".alight")
     """Caches: models, harness installs. ALIGHT_HOME."""
@@ -107,6 +152,8 @@ class Settings(Section):
     serve: ServeSettings = Field(default_factory=ServeSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     harness: dict[str, HarnessOverride] = Field(default_factory=dict)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    reward: RewardSettings = Field(default_factory=RewardSettings)
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """Where episodes, setup and reward commands run: `bwrap` (bubblewrap: only the workspace, the proxy and
     what the harness needs are visible; no network) or `none` (on the host; must be chosen explicitly)."""

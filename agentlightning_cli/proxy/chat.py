@@ -67,8 +67,9 @@ def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
     """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, stream usage."""
     up = dict(body)
     up["model"] = model
-    up["logprobs"] = True
-    up["return_token_ids"] = True
+    if getattr(sampling, "token_ids", True):  # off only for an upstream that rejects them (run --upstream)
+        up["logprobs"] = True
+        up["return_token_ids"] = True
     if sampling.temperature is not None:
         up["temperature"] = sampling.temperature
     if sampling.top_p is not None:
