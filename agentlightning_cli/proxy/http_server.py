@@ -154,6 +154,7 @@ class HTTPServer:
         self.handler, self.max_body_bytes, self.keepalive_s = handler, max_body_bytes, keepalive_s
         self.connections: set[_Connection] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._unix_server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -162,9 +163,16 @@ class HTTPServer:
         self._sweeper = loop.create_task(self._sweep())
         return self._server.sockets[0].getsockname()[:2]
 
+    async def start_unix(self, path: str) -> None:
+        """Also accept connections on a Unix socket (how sandboxed episodes reach the proxy)."""
+        loop = asyncio.get_running_loop()
+        self._unix_server = await loop.create_unix_server(lambda: _Connection(self), path, backlog=1024)
+
     def stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._unix_server is not None:
+            self._unix_server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None

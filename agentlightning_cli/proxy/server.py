@@ -13,7 +13,10 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
+import shutil
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -64,6 +67,9 @@ class Proxy:
         self.budgets = Budgets(settings.budgets)
         self.recorder = Recorder(store, in_flight=lambda: self.gate.in_flight)
         self.base_url = ""
+        self.unix_path = ""
+        """The proxy's Unix socket (set by start()); the sandbox binds it in for episodes."""
+        self._unix_dir = ""
         self._connections = connections
         self._keys: dict[str, bytes] = {}
         self._create_lock = asyncio.Lock()
@@ -83,6 +89,11 @@ class Proxy:
         bound = await server.start(host, port)
         self._server = server
         self.base_url = f"http://{bound[0]}:{bound[1]}"
+        # The same server on a Unix socket in a short private folder (socket paths are limited to 107
+        # bytes): sandboxed episodes have no route to the host's loopback and reach the proxy through it.
+        self._unix_dir = tempfile.mkdtemp(prefix="alight-px-")
+        self.unix_path = os.path.join(self._unix_dir, "proxy.sock")
+        await server.start_unix(self.unix_path)
         return self
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -98,6 +109,7 @@ class Proxy:
                 await asyncio.wait(list(self._tasks), timeout=grace)
             self._server.close_connections()
             self._server = None
+            shutil.rmtree(self._unix_dir, ignore_errors=True)
         if self.session is not None:
             await self.session.close()
         self.recorder.flush_soon()  # records still gathering on the loop go before the writer stops
