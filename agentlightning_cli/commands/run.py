@@ -1,0 +1,190 @@
+"""`alight run`: roll a task set out through a real harness, tasks x attempts, as round 0 of a run.
+
+Order: every check first (run_checks.py), then the run directory lock and the cleanup of what a killed
+earlier run left, then the upstream (vLLM through the shared lifecycle, or --upstream after a probe), the
+proxy in run mode (unknown episodes get 404), the round (rollout/), the summary. Running the same command
+again continues the same run: ended episodes are kept, unfinished ones redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.commands import lifecycle
+from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, load_task_subset, recipe_and_install,
+                                                    size_context)
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.rollout import stale
+from agentlightning_cli.rollout.summary import RoundSummary
+
+VLLM_POLL_S = 1.0
+
+
+class VLLMDied(AlightError):
+    pass
+
+
+def default_name(opts: RunOptions, recipe_name: str) -> str:
+    """Deterministic, so the same command run again resumes the same run."""
+    return f"{Path(opts.task_set).stem}-{recipe_name}"
+
+
+def run(settings: Any, opts: RunOptions) -> RoundSummary:
+    check_numbers(opts)
+    tasks = load_task_subset(opts)
+    recipe, installed = recipe_and_install(settings, opts.harness)
+    model = None
+    if opts.upstream is None:
+        from agentlightning_cli.serve.policy import resolve_model
+        from agentlightning_cli.serve.vllm import check_model_dir
+
+        model = resolve_model(settings, opts.model)
+        check_model_dir(model)
+        size_context(settings, recipe, model)
+    if opts.max_calls is not None:
+        settings.proxy.budgets.max_calls = opts.max_calls
+    if opts.max_tokens is not None:
+        settings.proxy.budgets.max_completion_tokens = opts.max_tokens
+    probe = None
+    if opts.upstream is not None:
+        from agentlightning_cli.commands.run_upstream import probe_upstream
+
+        probe = probe_upstream(opts.upstream)
+        settings.proxy.sampling.token_ids = probe.token_ids
+    if opts.out is not None:
+        settings.runs_dir, name = Path(opts.out).parent, Path(opts.out).name
+    else:
+        name = opts.name or default_name(opts, recipe.name)
+    run_dir = (Path(settings.runs_dir) / name).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with stale.RunLock(run_dir):
+        killed = stale.kill_run_processes(run_dir)
+        if killed:
+            print(f"alight run: killed {len(killed)} process(es) a stopped earlier run left behind", file=sys.stderr)
+        store, run_row = _open(settings, name, run_dir, opts, recipe.name)
+        try:
+            return _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
+        finally:
+            store.close()
+
+
+def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name: str) -> tuple[Any, Any]:
+    from agentlightning_cli.store import Store
+
+    store = Store.open(run_dir)
+    snapshot = {"command": "run", "harness": recipe_name, "task_set": str(Path(opts.task_set).absolute()),
+                "options": opts.snapshot(), "settings": settings.model_dump(mode="json")}
+    row = store.get_run(name)
+    if row is None:
+        return store, store.create_run(name, snapshot)
+    before = row.config.get("options", {})
+    for key in ("harness", "task_set"):
+        if row.config.get(key) not in (None, snapshot[key]):
+            store.close()
+            raise AlightError(f"run {name} was started with {key} {row.config.get(key)}, not {snapshot[key]}",
+                              "pass another --name (or --out) for a different run")
+    if before.get("attempts") not in (None, opts.attempts):
+        store.close()
+        raise AlightError(f"run {name} was started with --attempts {before.get('attempts')}, not {opts.attempts}",
+                          "use the same --attempts to resume it, or another --name")
+    return store, row
+
+
+def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_dir: Path, tasks: list[Any],
+                recipe: Any, installed: Any, model: Path | None, probe: Any) -> RoundSummary:
+    from agentlightning_cli.rollout.episode import RoundContext
+    from agentlightning_cli.rollout.sources import SourceCache
+
+    ctx = RoundContext(store=store, proxy=None, recipe=recipe, installed=installed, run_id=run_row.id, round_id="",
+                       run_dir=run_dir, sources=SourceCache(run_dir / "sources"), timeout_s=opts.timeout_s,
+                       max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces)
+    status = "failed"
+    try:
+        if opts.upstream is not None:
+            summary = _run_loop(_serve_round(settings, opts, ctx, tasks, opts.upstream, None,
+                                                             probe.model, probe))
+        else:
+            with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
+                summary = _run_loop(_serve_round(settings, opts, ctx, tasks, policy.base_url, policy,
+                                                                 policy.policy, probe))
+        status = "done"
+        return summary
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        store.finish_run(run_row.id, status)
+
+
+async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[Any], upstream_url: str,
+                       policy: Any, policy_name: str | None, probe: Any) -> RoundSummary:
+    from agentlightning_cli.rollout.progress import Progress
+    from agentlightning_cli.rollout.round import final_episodes, run_round
+    from agentlightning_cli.rollout.summary import summarize
+
+    store = ctx.store
+    rnd = next((r for r in store.list_rounds(ctx.run_id) if r.index == 0), None) or store.create_round(
+        ctx.run_id, 0, policy_name or "upstream", str(policy.adapter_dir(0)) if policy else None)
+    ctx.round_id = rnd.id
+    stop = asyncio.Event()
+    caught = lifecycle.stop_on_signals(stop)
+    async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
+                                       on_budget_exceeded=ctx.stopper) as proxy:
+        ctx.proxy = proxy
+        progress = Progress(len(tasks) * opts.attempts)
+        work = asyncio.ensure_future(run_round(ctx, 0, tasks, opts.attempts, opts.concurrency, progress))
+        waits = {work, asyncio.ensure_future(stop.wait())}
+        if policy is not None:
+            waits.add(asyncio.ensure_future(_watch_vllm(policy)))
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for fut in pending:
+            fut.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if work not in done or work.cancelled():
+            for fut in done:
+                if fut is not work and fut.exception() is not None:
+                    raise fut.exception()  # vLLM died
+            print("alight run: stopped; episodes that ended are kept, rerun the same command to resume",
+                  file=sys.stderr, flush=True)
+            lifecycle.raise_if_interrupted(caught)
+            raise KeyboardInterrupt
+        work.result()  # re-raises a failure of the round itself
+        await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
+    store.finish_round(rnd.id, "done")
+    eps = final_episodes(store, ctx.run_id, rnd.id)
+    calls = sum(len(store.get_calls(e.id)) for e in eps)
+    notes = []
+    trainable = probe is None or probe.token_ids
+    if not trainable:
+        notes.append(f"this run cannot be trained on: the upstream {opts.upstream} rejects token ids and logprobs, "
+                     "so its calls were recorded without them")
+    run_row = store.get_run(ctx.run_id)
+    return summarize(run_row.name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes)
+
+
+def _run_loop(main: Any) -> Any:
+    """lifecycle.run_loop, keeping the coroutine's result (the summary)."""
+    result: list[Any] = []
+
+    async def keep() -> None:
+        result.append(await main)
+
+    lifecycle.run_loop(keep())
+    return result[0]
+
+
+async def _watch_vllm(policy: Any) -> None:
+    """Returns (raising) only if vLLM exits while the round runs: the run stops with a clear error."""
+    while True:
+        await asyncio.sleep(VLLM_POLL_S)
+        proc = policy.vllm.process
+        code = proc.poll() if proc is not None else None
+        if code is not None:
+            tail = policy.vllm.log_tail(10) if hasattr(policy.vllm, "log_tail") else ""
+            raise VLLMDied(f"vLLM exited with code {code} in the middle of the run; episodes that ended are kept\n"
+                           f"--- last lines of {policy.run_dir / 'logs' / 'vllm.log'} ---\n{tail}",
+                           "rerun the same command to resume once the cause is fixed")

@@ -1,0 +1,116 @@
+"""`alight run`'s checks before anything starts: task set, subset, recipe and install, model, context, rounds.
+
+Everything a user can get wrong in the command line or the task set is reported here, as one clear error,
+before a run directory, a vLLM server or a harness exists.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.errors import AlightError
+
+TRAINING_MODULE = "agentlightning_cli.train.round_step"
+
+
+@dataclass
+class RunOptions:
+    task_set: Path
+    harness: str
+    attempts: int = 4
+    concurrency: int = 2
+    model: Path | None = None
+    upstream: str | None = None
+    out: Path | None = None
+    name: str | None = None
+    timeout_s: float | None = None
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_turns: int | None = None
+    seed: int | None = None
+    keep_workspaces: bool = False
+    tasks: list[str] = field(default_factory=list)
+    rounds: int = 1
+    swebench_mirror: Path | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return json.loads(json.dumps({k: v for k, v in self.__dict__.items()}, default=str))
+
+
+def check_numbers(opts: RunOptions) -> None:
+    for name, value, low in (("--attempts", opts.attempts, 1), ("--concurrency", opts.concurrency, 1),
+                             ("--rounds", opts.rounds, 1)):
+        if value < low:
+            raise AlightError(f"{name} must be at least {low}, got {value}")
+    for name, value in (("--timeout", opts.timeout_s), ("--max-calls", opts.max_calls), ("--max-tokens", opts.max_tokens)):
+        if value is not None and value <= 0:
+            raise AlightError(f"{name} must be positive, got {value:g}")
+    if opts.model is not None and opts.upstream is not None:
+        raise AlightError("--model and --upstream exclude each other",
+                          "--model starts vLLM with a local model; --upstream uses a server that is already running")
+    if opts.rounds > 1 and importlib.util.find_spec(TRAINING_MODULE) is None:
+        raise AlightError(f"--rounds {opts.rounds} needs training between rounds, which this version of alight does "
+                          "not have yet (the `alight train` feature)", "run one round (--rounds 1) for now")
+    if opts.rounds > 1 and opts.upstream is not None:
+        raise AlightError("--rounds > 1 trains a LoRA adapter between rounds and needs vLLM started by alight",
+                          "use --model instead of --upstream, or --rounds 1")
+
+
+def load_task_subset(opts: RunOptions) -> list[Any]:
+    from agentlightning_cli.tasks import load_tasks
+
+    tasks = load_tasks(opts.task_set, opts.swebench_mirror)
+    if not tasks:
+        raise AlightError(f"task set {opts.task_set} has no tasks", "add one JSON object per line")
+    if opts.tasks:
+        known = {t.id for t in tasks}
+        unknown = [t for t in opts.tasks if t not in known]
+        if unknown:
+            raise AlightError(f"--tasks names task(s) not in {opts.task_set}: {', '.join(unknown)}",
+                              f"known ids: {', '.join(sorted(known)[:20])}")
+        wanted = set(opts.tasks)
+        tasks = [t for t in tasks if t.id in wanted]
+    return tasks
+
+
+def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
+    from agentlightning_cli.harness import install as installs
+    from agentlightning_cli.harness.recipe import load
+
+    recipe = load(harness)
+    override = settings.harness.get(recipe.name)
+    if override is not None and override.timeout_s:
+        recipe = recipe.model_copy(update={"timeout_s": override.timeout_s})
+    if getattr(recipe, "install", None) is None:  # an external harness: nothing alight installs
+        return recipe, installs.external(recipe) if hasattr(installs, "external") else None
+    return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
+
+
+def model_config_context(model: Path) -> int | None:
+    """The longest context a local HF model declares (config.json max_position_embeddings), if any."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def size_context(settings: Any, recipe: Any, model: Path | None) -> None:
+    """Give vLLM the context the harness needs (raising serve.max_model_len when it is lower), or refuse up front
+    naming the setting when the model itself cannot take it."""
+    need = getattr(recipe, "context_tokens", None)
+    if not need:
+        return
+    limit = model_config_context(model) if model is not None else None
+    if limit is not None and limit < need:
+        raise AlightError(
+            f"harness '{recipe.name}' needs a context of {need} tokens (its recipe's context_tokens), but model "
+            f"{model} takes at most {limit} (config.json max_position_embeddings)",
+            "choose a model with a longer context, or another harness")
+    if settings.serve.max_model_len < need:
+        settings.serve.max_model_len = need

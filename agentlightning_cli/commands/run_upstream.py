@@ -1,0 +1,76 @@
+"""`alight run --upstream URL`: probe the server once before the run, so its answers can be planned for.
+
+Asks GET /v1/models for the model to use, then one tiny chat completion with `return_token_ids` and
+`logprobs`. A server that rejects those (hosted OpenAI-compatible APIs answer 400) still works, but the proxy
+stops asking for them, calls are recorded without ids, and the summary says the run cannot be trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from agentlightning_cli.errors import AlightError
+
+TIMEOUT_S = 30.0
+
+
+@dataclass
+class Probe:
+    root: str
+    model: str
+    token_ids: bool
+    why: str | None = None
+
+
+def _root(url: str) -> str:
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _request(method: str, url: str, body: dict | None = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback servers: never via a proxy
+    try:
+        with opener.open(req, timeout=TIMEOUT_S) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+
+
+def probe_upstream(url: str) -> Probe:
+    root = _root(url)
+    try:
+        status, text = _request("GET", f"{root}/v1/models")
+    except (urllib.error.URLError, OSError) as exc:
+        raise AlightError(f"--upstream {url} is unreachable: {getattr(exc, 'reason', exc)}",
+                          "start the server first, or check the host and port") from None
+    try:
+        models = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
+    except (ValueError, KeyError, TypeError):
+        models = []
+    if not models:
+        raise AlightError(f"--upstream {url} is not an OpenAI-compatible server: GET /v1/models answered {status} "
+                          f"{text[:200]!r}", "pass the server's root URL or its /v1 base URL")
+    model = models[0]
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "return_token_ids": True, "logprobs": True}
+    status, text = _request("POST", f"{root}/v1/chat/completions", body)
+    if status == 200:
+        try:
+            answer = json.loads(text)
+            ok = bool(answer.get("prompt_token_ids")) or bool(answer["choices"][0].get("token_ids"))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            ok = False
+        return Probe(root, model, ok, None if ok else "the server answered without token ids")
+    if status in (400, 422):
+        plain = {k: v for k, v in body.items() if k not in ("return_token_ids", "logprobs")}
+        status2, text2 = _request("POST", f"{root}/v1/chat/completions", plain)
+        if status2 == 200:
+            return Probe(root, model, False, f"the server rejected return_token_ids/logprobs ({status}): {text[:200]}")
+        status, text = status2, text2
+    raise AlightError(f"--upstream {url}: a test chat completion with model {model!r} answered {status}: {text[:300]}",
+                      "check the server's log")

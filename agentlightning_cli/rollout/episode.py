@@ -1,0 +1,141 @@
+"""One episode from a prepared workspace to a stored reward: register, run the harness, reveal, score, clean.
+
+The episode row exists (and its key is registered with the proxy) before its harness starts. Hidden files
+go in only after the harness has ended, when the runner has killed every process the episode started. The
+reward command runs after every harness ending (finished, timeout, budget_exceeded, harness_error, no_calls)
+alike; the outcome is stored beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.harness.env import EpisodeSpec
+from agentlightning_cli.harness.runner import EpisodeStopper, run_episode, store_call_counter
+from agentlightning_cli.reward import run_reward
+from agentlightning_cli.rollout import scoring, stale
+from agentlightning_cli.rollout.plan import Slot
+from agentlightning_cli.rollout.sources import SourceCache
+from agentlightning_cli.tasks import prepare_workspace, reveal_hidden_files
+
+
+@dataclass
+class RoundContext:
+    """Everything the episodes of one round share."""
+
+    store: Any
+    proxy: Any
+    recipe: Any
+    installed: Any
+    run_id: str
+    round_id: str
+    run_dir: Path
+    sources: SourceCache
+    timeout_s: float | None = None
+    max_turns: int | None = None
+    setup_timeout_s: float = 900.0
+    reward_timeout_s: float = 600.0
+    keep_workspaces: bool = False
+    stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
+    count_calls: Callable[[str], tuple[int, float | None]] | None = None
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir).absolute()
+        if self.count_calls is None:
+            self.count_calls = store_call_counter(self.store)
+
+
+@dataclass
+class Ended:
+    """How one episode ended, for the progress display."""
+
+    slot: Slot
+    status: str
+    outcome: str | None = None
+    reward: float | None = None
+    calls: int = 0
+    tokens: int = 0
+    why: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    slot: Slot
+    key: str
+    workspace: Path
+    prep_s: float
+
+
+def create(ctx: RoundContext, slot: Slot) -> str:
+    """The episode row (pending) with a fresh random key, registered with the proxy. Blocking."""
+    key = "ek-" + secrets.token_urlsafe(24)
+    workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
+    ctx.store.create_episode(ctx.run_id, ctx.round_id, slot.task.id, slot.attempt, ctx.recipe.name, key,
+                             workspace=str(workspace), episode_id=slot.episode_id)
+    ctx.proxy.register_episode(slot.episode_id, key)
+    return key
+
+
+def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
+    """The workspace, or an `setup_failed` ending (stored) naming the command and its output. Blocking."""
+    started = time.monotonic()
+    workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
+    try:
+        task = ctx.sources.local_task(slot.task)
+        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s)
+    except AlightError as exc:
+        shutil.rmtree(workspace, ignore_errors=True)
+        why = exc.message + (f" ({exc.hint})" if exc.hint else "")
+        ctx.store.update_episode(slot.episode_id, status="setup_failed", error=why, ended_at=time.time(), workspace=None)
+        return Ended(slot, "setup_failed", why=why.splitlines()[0])
+    return Prepared(slot, key, workspace, time.monotonic() - started)
+
+
+async def run(ctx: RoundContext, item: Prepared) -> Ended:
+    """Harness, hidden files, reward, store, cleanup. Cancelling it kills the harness (the runner's finally)."""
+    slot, timings = item.slot, {"prepare_s": item.prep_s}
+    spec = EpisodeSpec(
+        episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
+        base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
+        run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=slot.task.timeout_s or ctx.timeout_s)
+    await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
+    t = time.monotonic()
+    try:
+        outcome = await run_episode(ctx.recipe, ctx.installed, spec, ctx.count_calls, ctx.stopper)
+        ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls
+    except (AlightError, OSError, ValueError) as exc:  # a harness that cannot start fails its episode only
+        ending, reason, exit_code, calls = "harness_error", f"the harness could not start: {exc}", None, 0
+    timings["harness_s"] = time.monotonic() - t
+    status, reward, error, detail = await asyncio.to_thread(_score, ctx, slot, item.workspace, timings)
+    fields = dict(status=status, reward=reward, reward_detail=detail, outcome=ending, exit_code=exit_code,
+                  ended_at=time.time(), error=error or (reason if ending != "finished" else None))
+    await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, **fields)
+    tokens = await asyncio.to_thread(_completion_tokens, ctx.store, slot.episode_id)
+    if not ctx.keep_workspaces:
+        await asyncio.to_thread(shutil.rmtree, item.workspace, True)
+    return Ended(slot, status, ending, reward, calls, tokens, error or reason, timings)
+
+
+def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, float]) -> tuple[str, float | None, str | None, dict]:
+    """Reveal the hidden files and run the reward command (both after every process of the episode is gone)."""
+    try:
+        reveal_hidden_files(slot.task, workspace)
+    except (AlightError, OSError) as exc:
+        why = f"hidden files could not be revealed: {getattr(exc, 'message', exc)}"
+        return "reward_error", None, why, {"error": why}
+    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s)
+    timings["reward_s"] = result.duration_s
+    status, reward, error = scoring.classify(result)
+    return status, reward, error, scoring.detail(result)
+
+
+def _completion_tokens(store: Any, episode_id: str) -> int:
+    return sum(len(c.completion_token_ids or ()) for c in store.get_calls(episode_id))

@@ -1,0 +1,101 @@
+"""The end-of-round summary: per task attempts, mean reward, pass@1 and pass@k; counts per status/outcome.
+
+pass@k is the unbiased estimator 1 - C(n-c, k) / C(n, k) over a task's n scored attempts, c of them solved
+(reward >= 1.0); k is the number of attempts asked for. Episodes without a reward (setup_failed,
+reward_error) count as attempts that did not pass: a broken setup is not a solved task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+SOLVED = 1.0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float | None:
+    if n == 0 or k <= 0:
+        return None
+    k = min(k, n)
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class TaskSummary:
+    task_id: str
+    attempts: int
+    solved: int
+    mean_reward: float | None
+    pass_at_1: float | None
+    pass_at_k: float | None
+
+
+@dataclass
+class RoundSummary:
+    run: str
+    round: int
+    k: int
+    episodes: int
+    mean_reward: float | None
+    tasks: list[TaskSummary]
+    statuses: dict[str, int]
+    outcomes: dict[str, int]
+    calls: int = 0
+    trainable: bool = True
+    """False when the upstream gave no token ids (e.g. a hosted API): these calls cannot be trained on."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(run_name: str, round_index: int, k: int, episodes: Iterable[Any], calls: int = 0,
+              trainable: bool = True, notes: list[str] | None = None) -> RoundSummary:
+    """`episodes`: the round's final episodes (store rows: task_id, status, outcome, reward)."""
+    eps = list(episodes)
+    by_task: dict[str, list[Any]] = {}
+    for ep in eps:
+        by_task.setdefault(ep.task_id, []).append(ep)
+    tasks = []
+    for task_id, group in by_task.items():
+        rewards = [e.reward for e in group if e.reward is not None]
+        solved = sum(1 for r in rewards if r >= SOLVED)
+        tasks.append(TaskSummary(
+            task_id=task_id, attempts=len(group), solved=solved,
+            mean_reward=_mean(rewards), pass_at_1=pass_at_k(len(group), solved, 1),
+            pass_at_k=pass_at_k(len(group), solved, k)))
+    rewards = [e.reward for e in eps if e.reward is not None]
+    return RoundSummary(
+        run=run_name, round=round_index, k=k, episodes=len(eps), mean_reward=_mean(rewards), tasks=tasks,
+        statuses=dict(Counter(e.status for e in eps)), outcomes=dict(Counter(e.outcome or "none" for e in eps)),
+        calls=calls, trainable=trainable, notes=list(notes or []))
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def render(summary: RoundSummary, console: Any) -> None:
+    """The summary table (Rich) on `console`, then one line of counts per status and outcome."""
+    from rich.table import Table
+
+    table = Table(title=f"run {summary.run}, round {summary.round}", title_justify="left")
+    for col in ("task", "attempts", "solved", "mean reward", "pass@1", f"pass@{summary.k}"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for t in summary.tasks:
+        table.add_row(t.task_id, str(t.attempts), str(t.solved), _fmt(t.mean_reward), _fmt(t.pass_at_1),
+                      _fmt(t.pass_at_k))
+    console.print(table)
+    console.print(f"episodes: {summary.episodes}   mean reward: {_fmt(summary.mean_reward)}   calls: {summary.calls}")
+    console.print("status:   " + ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
+    console.print("outcome:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items())))
+    for note in summary.notes:
+        console.print(f"note:     {note}")
