@@ -101,7 +101,7 @@ def proxy(
 ) -> None:
     """Run the recording proxy alone in ad-hoc mode: episodes are created on first use; Ctrl-C stops."""
     from agentlightning_cli.config import load_settings
-    from agentlightning_cli.proxy.standalone import run
+    from agentlightning_cli.commands.proxy import run
 
     flags = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     run(load_settings(flags={"proxy": flags} if flags else None), upstream, store, model)
@@ -130,7 +130,7 @@ def serve(
 ) -> None:
     """Start vLLM and the recording proxy; print base URLs and each harness's settings; Ctrl-C stops both."""
     from agentlightning_cli.config import load_settings
-    from agentlightning_cli.serve.server import serve as run_serve
+    from agentlightning_cli.commands.serve import serve as run_serve
 
     run_serve(load_settings(), model=model, port=port, run_name=run)
 
@@ -160,7 +160,7 @@ def tasks_check(
 @harness_app.command("list")
 def harness_list(as_json: JsonFlag = False) -> None:
     """List the shipped harness recipes, their protocol, pinned version and whether they are installed."""
-    from agentlightning_cli.harnesses.commands import list_harnesses
+    from agentlightning_cli.commands.harness import list_harnesses
 
     rows = list_harnesses()
     if as_json:
@@ -181,7 +181,7 @@ def harness_install(
     force: Annotated[bool, typer.Option("--force", help="Reinstall even if this version is already there.")] = False,
 ) -> None:
     """Install a harness into its own folder under ALIGHT_HOME/harnesses/ (once; progress on stderr)."""
-    from agentlightning_cli.harnesses.commands import install_harness
+    from agentlightning_cli.commands.harness import install_harness
 
     typer.echo(str(install_harness(name, force=force).dir))
 
@@ -192,7 +192,7 @@ def harness_check(
     as_json: JsonFlag = False,
 ) -> None:
     """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome."""
-    from agentlightning_cli.harnesses.commands import check_harness
+    from agentlightning_cli.commands.harness import check_harness
 
     report = check_harness(name)
     if as_json:
@@ -209,6 +209,38 @@ def harness_check(
         typer.echo("check:     " + ("ok" if report.ok else "FAILED"))
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command("run")
+def run_command(
+    task_set: Annotated[Path, typer.Option("--task-set", help="Task set (JSONL): alight lines or SWE-bench instances.")],
+    harness: Annotated[str, typer.Option(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
+    attempts: Annotated[int, typer.Option(help="Episodes per task (the GRPO group size).")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Episodes running at once.")] = 2,
+    model: Annotated[Optional[Path], typer.Option(help="Local HF model directory for vLLM (default: the embedded tiny model).")] = None,
+    upstream: Annotated[Optional[str], typer.Option(help="Use this OpenAI-compatible server instead of starting vLLM.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default: runs_dir/NAME).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Run name under runs_dir (default: <task set>-<harness>).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per episode for the harness (default: the task's, else the recipe's).")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(help="LLM calls allowed per episode.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Completion tokens allowed per episode.")] = None,
+    max_turns: Annotated[Optional[int], typer.Option(help="The harness's own turn limit, where it has one.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Sampling seed (recorded in the run's settings).")] = None,
+    keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep each episode's workspace after its reward.")] = False,
+    tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
+    rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,
+    swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run every task x --attempts through a real harness behind the recording proxy; score; print a summary."""
+    from agentlightning_cli.commands.run import RunOptions, run_and_report
+
+    opts = RunOptions(
+        task_set=task_set, harness=harness, attempts=attempts, concurrency=concurrency, model=model,
+        upstream=upstream, out=out, name=name, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens,
+        max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
+        tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror)
+    run_and_report(opts, as_json)
 
 
 def main() -> None:

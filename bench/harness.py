@@ -29,9 +29,9 @@ HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex"]
 
 
 async def one_episode(name: str, home: Path, work: Path) -> dict:
-    from agentlightning_cli import recipes
-    from agentlightning_cli.harnesses.check import SmokeEnvironment
-    from agentlightning_cli.harnesses.install import require_installed
+    from agentlightning_cli.harness import recipe as recipes
+    from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+    from agentlightning_cli.harness.install import require_installed
     from agentlightning_cli.testing.harness_scripts import OUT_FILE, tool_then_finish
 
     recipe = recipes.load(name)

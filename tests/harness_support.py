@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agentlightning_cli import recipes
-from agentlightning_cli.harnesses.install import Installed, install
+from agentlightning_cli.harness import recipe as recipes
+from agentlightning_cli.harness.install import Installed, install
 
 HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex"]
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from harness_support import installed, processes_matching, processes_with_env
 
-from agentlightning_cli import recipes
+from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.config import Budgets, ProxySettings
-from agentlightning_cli.harnesses.check import SmokeEnvironment
+from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 from agentlightning_cli.testing.harness_scripts import detect, endless, shell_call
 
 pytestmark = pytest.mark.harness

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from harness_support import installed
 
-from agentlightning_cli.harnesses.check import SmokeEnvironment
+from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
 
 pytestmark = pytest.mark.harness
@@ -41,7 +41,7 @@ async def test_prompt_over_the_argument_limit_reaches_the_model_whole(name: str,
 def test_a_misspelt_stdin_template_fails_when_the_recipe_loads(tmp_path: Path) -> None:
     import yaml
 
-    from agentlightning_cli import recipes
+    from agentlightning_cli.harness import recipe as recipes
     from agentlightning_cli.errors import AlightError
 
     data = yaml.safe_load(Path(recipes.available()["codex"]).read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from harness_support import HARNESSES, installed
 
-from agentlightning_cli.harnesses.check import SmokeEnvironment
+from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
 
 pytestmark = pytest.mark.harness

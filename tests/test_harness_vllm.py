@@ -19,7 +19,7 @@ import pytest
 from harness_support import harness_home, installed
 
 from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides, ServeSettings
-from agentlightning_cli.harnesses.check import SmokeEnvironment
+from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 POLICY = "policy-r0"

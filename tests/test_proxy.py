@@ -11,7 +11,7 @@ import pytest
 
 from agentlightning_cli.testing import fake_tokens as tok
 from agentlightning_cli.testing.fake_vllm import FakeScript
-from proxy_env import POLICY, post, start_env, stop_env
+from agentlightning_cli.testing.proxy_env import POLICY, post, start_env, stop_env
 
 VLLM_ONLY = ("prompt_token_ids", "token_ids", "stop_reason", "prompt_logprobs", "prompt_text",
              "kv_transfer_params", "ec_transfer_params", "metrics", "routed_experts")

@@ -10,7 +10,7 @@ import pytest
 
 from agentlightning_cli.testing import fake_tokens as tok
 from agentlightning_cli.testing.fake_vllm import FakeScript
-from proxy_env import POLICY, post, start_env, stop_env
+from agentlightning_cli.testing.proxy_env import POLICY, post, start_env, stop_env
 
 HELLO = [{"role": "user", "content": "hello"}]
 GOOD = json.dumps({"model": "m", "messages": HELLO})

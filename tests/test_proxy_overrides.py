@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from proxy_env import start_env, stop_env
+from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
 from agentlightning_cli.testing.fake_vllm import FakeScript
 

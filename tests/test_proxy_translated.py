@@ -11,7 +11,7 @@ import pytest
 
 from agentlightning_cli.testing import fake_tokens as tok
 from agentlightning_cli.testing.fake_vllm import FakeScript
-from proxy_env import POLICY, post, start_env, stop_env
+from agentlightning_cli.testing.proxy_env import POLICY, post, start_env, stop_env
 
 HELLO = [{"role": "user", "content": "hello"}]
 TOOL_TURN = {"content": "Let me look.", "tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}

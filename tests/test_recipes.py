@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentlightning_cli import recipes
+from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.harness import EpisodeSpec, episode_context
-from agentlightning_cli.harnesses.install import layout, satisfies
-from agentlightning_cli.harnesses.outcome import judge, read_records
+from agentlightning_cli.harness.env import EpisodeSpec, episode_context
+from agentlightning_cli.harness.install import layout, satisfies
+from agentlightning_cli.harness.outcome import judge, read_records
 
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
            "claude-code": "anthropic-messages", "codex": "openai-responses"}

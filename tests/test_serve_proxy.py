@@ -20,7 +20,7 @@ import pytest
 from agentlightning_cli.config import load_settings
 from agentlightning_cli.serve.adapters import make_adapter
 from agentlightning_cli.serve.policy import PolicyServer
-from agentlightning_cli.serve.server import open_run, run_proxy
+from agentlightning_cli.commands.serve import open_run, run_proxy
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.vllm

@@ -188,3 +188,20 @@ async def _watch_vllm(policy: Any) -> None:
             raise VLLMDied(f"vLLM exited with code {code} in the middle of the run; episodes that ended are kept\n"
                            f"--- last lines of {policy.run_dir / 'logs' / 'vllm.log'} ---\n{tail}",
                            "rerun the same command to resume once the cause is fixed")
+
+
+def run_and_report(opts: RunOptions, as_json: bool) -> None:
+    """The CLI's entry: settings, the run, then the summary (JSON on stdout, or the table)."""
+    import json
+
+    from agentlightning_cli.config import load_settings
+
+    summary = run(load_settings(), opts)
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2))
+        return
+    from rich.console import Console
+
+    from agentlightning_cli.rollout.summary import render
+
+    render(summary, Console())

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
 from agentlightning_cli.errors import AlightError
 
@@ -153,8 +154,8 @@ class VLLMServer:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             log.flush()
             try:
-                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                env=server_env(), start_new_session=True, preexec_fn=_death_signal())
+                self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=server_env(), preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
         self.started_at = time.monotonic()
@@ -234,15 +235,8 @@ class VLLMServer:
         proc = self.process
         if proc is None:
             return
-        pgid = proc.pid  # start_new_session made the server its group's leader
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(pgid, signal.SIGKILL)
-            proc.wait()
         # Engine children outlive a leader that exits first; nothing of the group may survive.
-        _signal_group(pgid, signal.SIGKILL)
+        process.stop(proc, grace_s)
 
 
 def _death_signal():
@@ -259,13 +253,6 @@ def _death_signal():
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
 
     return set_pdeathsig
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @atexit.register

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from agentlightning_cli import process
 
 TAIL_BYTES = 8192
 # Enough to find a final JSON line even after pages of test output.
@@ -42,26 +43,19 @@ def run_shell(
     full_env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
-        proc = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,  # its own process group, so a timeout takes its children down with it
-        )
+        # Its own process group, so a timeout takes its children down with it.
+        proc = process.start(["bash", "-c", command], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                             stdout=out, stderr=err)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc, kill_grace_s)
+            process.stop(proc, kill_grace_s)
         finally:
-            if proc.poll() is None:  # interrupted (Ctrl-C) while waiting
-                _kill_group(proc, 0)
-            # Background leftovers of a finished command die with it; nothing may outlive its step.
-            _signal_group(proc.pid, signal.SIGKILL)
+            # Interrupted (Ctrl-C) while waiting: stop it now. Finished: background leftovers die with it;
+            # nothing may outlive its step.
+            process.stop(proc, 0)
         duration = time.monotonic() - started
         stdout_tail = _tail(out, TAIL_BYTES)
         last = _tail(out, LAST_LINE_BYTES).rstrip().rsplit("\n", 1)[-1].strip()
@@ -73,23 +67,6 @@ def run_shell(
             duration_s=duration,
             timed_out=timed_out,
         )
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s if grace_s > 0 else 0.2)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def _tail(f: IO[bytes], n: int) -> str:

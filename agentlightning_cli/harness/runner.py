@@ -15,60 +15,14 @@ import shutil
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from agentlightning_cli.harnesses import reaper
-from agentlightning_cli.harnesses.install import Installed
-from agentlightning_cli.harnesses.outcome import Outcome, judge, load_report
-from agentlightning_cli.recipes import Recipe
-
-# The parent's provider keys, proxies and tool settings must never leak into a harness: it would talk to
-# a real provider, or pick up a developer's config instead of alight's.
-SCRUB_PREFIXES = (
-    "ALIGHT_", "OPENAI_", "ANTHROPIC_", "CLAUDE_", "CODEX_", "LLM_", "LITELLM_", "MSWEA_", "HOSTED_VLLM_",
-    "OPENHANDS_", "GEMINI_", "GOOGLE_", "AZURE_", "AWS_", "OPENROUTER_", "MISTRAL_", "GROQ_", "TOGETHER",
-    "DEEPSEEK_", "XAI_", "HF_", "HUGGING", "XDG_", "TMUX", "VIRTUAL_ENV", "CONDA_", "PYTHON", "NODE_OPTIONS",
-)
-SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION"}
-
-
-@dataclass
-class EpisodeSpec:
-    episode_id: str
-    prompt: str
-    workspace: Path
-    base_url: str
-    """The proxy's base URL for this episode and the recipe's protocol (proxy.episode_base_url)."""
-    api_key: str
-    run_dir: Path
-    max_turns: int | None = None
-    timeout_s: float | None = None
-    model: str | None = None
-
-
-def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    for name in list(env):
-        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
-            del env[name]
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    return env
-
-
-def episode_context(recipe: Recipe, installed: Installed, spec: EpisodeSpec, episode_dir: Path, tmpdir: Path) -> dict[str, Any]:
-    return {
-        "prompt": spec.prompt, "workspace": str(spec.workspace), "episode_id": spec.episode_id,
-        "episode_dir": str(episode_dir), "home": str(episode_dir / "home"), "tmpdir": str(tmpdir),
-        "prompt_file": str(episode_dir / "prompt.txt"),  # the prompt, written before launch (see Recipe.stdin)
-        "base_url": spec.base_url, "api_key": spec.api_key, "model": spec.model or recipe.model,
-        "install_dir": str(installed.dir), "bin_dir": str(installed.bin_dir), "executable": str(installed.executable),
-        "is_root": os.geteuid() == 0,
-        "max_turns": spec.max_turns if spec.max_turns is not None else (recipe.max_turns or 0),
-        "timeout_s": spec.timeout_s or recipe.timeout_s,
-    }
-
+from agentlightning_cli import process
+from agentlightning_cli.harness.env import EpisodeSpec, episode_context, harness_env
+from agentlightning_cli.harness.install import Installed
+from agentlightning_cli.harness.outcome import EpisodeOutcome, judge, load_report
+from agentlightning_cli.harness.recipe import Recipe
 
 CallCounter = Callable[[str], "tuple[int, float | None]"]
 """episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
@@ -135,7 +89,7 @@ class HarnessEpisode:
             path.chmod(0o600)  # holds the episode key
         env = harness_env()
         env.update({"HOME": ctx["home"], "PATH": f"{ctx['bin_dir']}{os.pathsep}{env.get('PATH', '')}"})
-        env[reaper.MARKER_VAR] = self.marker  # inherited by everything the harness starts; see reaper.py
+        env[process.MARKER_VAR] = self.marker  # inherited by everything the harness starts; see process.py
         for name, template in recipe.env.items():
             value = recipe.render(template, ctx)
             if value:
@@ -145,7 +99,7 @@ class HarnessEpisode:
         stdin = recipe.render(recipe.stdin, ctx) if recipe.stdin is not None else None
         return [recipe.render(part, ctx) for part in recipe.command], env, stdin
 
-    async def run(self) -> Outcome:
+    async def run(self) -> EpisodeOutcome:
         self._loop = asyncio.get_running_loop()
         if self._stop_status is not None:
             self._stop.set()
@@ -169,12 +123,10 @@ class HarnessEpisode:
                     # stdin is a file or /dev/null, never a pipe: Codex otherwise waits for EOF and appends
                     # stdin to the prompt.
                     with open(stdin_path or os.devnull, "rb") as stdin:
-                        proc = await asyncio.create_subprocess_exec(
-                            *argv, cwd=str(spec.workspace), env=env, stdin=stdin,
-                            stdout=out, stderr=err, start_new_session=True,
-                        )
+                        proc = await process.start_async(argv, cwd=str(spec.workspace), env=env, stdin=stdin,
+                                                         stdout=out, stderr=err)
                 except OSError as exc:
-                    return Outcome("harness_error", reason=f"cannot start {argv[0]}: {exc.strerror or exc}",
+                    return EpisodeOutcome("harness_error", reason=f"cannot start {argv[0]}: {exc.strerror or exc}",
                                    stdout_path=str(stdout_path), stderr_path=str(stderr_path))
             self.pid = proc.pid
             exited = asyncio.ensure_future(proc.wait())
@@ -189,10 +141,10 @@ class HarnessEpisode:
             await self._cleanup(ctx, env)
             # Anything the episode left (a backgrounded tool command, a command in its own session, a
             # daemon) dies with it.
-            leftovers = await asyncio.to_thread(reaper.kill_leftovers, self.pid, self.marker) if self.pid else []
+            leftovers = await asyncio.to_thread(process.kill_leftovers, self.pid, self.marker) if self.pid else []
             shutil.rmtree(tmpdir, ignore_errors=True)
         ended = time.time()
-        outcome = Outcome("finished", exit_code=exit_code, wall_s=round(ended - started, 3),
+        outcome = EpisodeOutcome("finished", exit_code=exit_code, wall_s=round(ended - started, 3),
                           stdout_path=str(stdout_path), stderr_path=str(stderr_path))
         if leftovers:
             outcome.detail["leftover_processes_killed"] = len(leftovers)
@@ -201,7 +153,7 @@ class HarnessEpisode:
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
         return outcome
 
-    def _classify(self, outcome: Outcome, ctx: dict, stdout_path: Path, stderr_path: Path, timed_out: bool, timeout: float) -> None:
+    def _classify(self, outcome: EpisodeOutcome, ctx: dict, stdout_path: Path, stderr_path: Path, timed_out: bool, timeout: float) -> None:
         if self._stop_status is not None:
             outcome.status, outcome.reason = self._stop_status, self._stop_reason  # type: ignore[assignment]
             return
@@ -223,11 +175,11 @@ class HarnessEpisode:
 
     async def _terminate(self, proc: asyncio.subprocess.Process, exited: asyncio.Future) -> None:
         stop = self.recipe.stop
-        await asyncio.to_thread(reaper.terminate, proc.pid, self.marker, getattr(signal, stop.signal))
+        await asyncio.to_thread(process.terminate, proc.pid, self.marker, getattr(signal, stop.signal))
         try:
             await asyncio.wait_for(asyncio.shield(exited), stop.grace_s)
         except asyncio.TimeoutError:
-            reaper.killpg(proc.pid, signal.SIGKILL)
+            process.signal_group(proc.pid, signal.SIGKILL)
             await exited
 
     async def _cleanup(self, ctx: dict[str, Any], env: dict[str, str]) -> None:
@@ -263,7 +215,7 @@ class EpisodeStopper:
 
 
 async def run_episode(recipe: Recipe, installed: Installed, spec: EpisodeSpec, count_calls: CallCounter,
-                      stopper: EpisodeStopper | None = None) -> Outcome:
+                      stopper: EpisodeStopper | None = None) -> EpisodeOutcome:
     episode = HarnessEpisode(recipe, installed, spec, count_calls)
     if stopper is not None:
         stopper.running[spec.episode_id] = episode

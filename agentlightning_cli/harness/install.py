@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Iterator
 
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.recipes import Recipe
+from agentlightning_cli.harness.env import harness_env
+from agentlightning_cli.harness.recipe import Recipe, dummy_context
 
 MARKER = ".alight-install.json"
 
@@ -159,9 +160,6 @@ def _run(cmd: list[str], log) -> None:
 
 def verify(recipe: Recipe, found: Installed, log=lambda line: None) -> str:
     """Run the recipe's check command (e.g. `--version`); returns its first output line."""
-    from agentlightning_cli.harness import harness_env
-    from agentlightning_cli.recipes import dummy_context
-
     ctx = {**dummy_context(), "install_dir": str(found.dir), "bin_dir": str(found.bin_dir), "executable": str(found.executable)}
     argv = [recipe.render(part, ctx) for part in recipe.check]
     env = harness_env()

@@ -7,6 +7,7 @@ context, so a misspelt variable fails when the recipe loads, naming the file and
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +47,9 @@ class ErrorRule(_Strict):
     """Template for the harness_error reason; `record` is the matching JSON object."""
 
 
-class Outcome(_Strict):
+class OutcomeRules(_Strict):
+    """How to judge an episode from the harness's own report (the result is harness/outcome.py's EpisodeOutcome)."""
+
     source: str = "stdout"
     """"stdout" or a file path template (e.g. the trajectory file)."""
     format: Literal["json", "jsonl"] = "jsonl"
@@ -93,7 +96,7 @@ class Recipe(_Strict):
     max_turns: int | None = None
     """Default turn/step limit passed to the command (None where the harness has none)."""
     timeout_s: float = 1800.0
-    outcome: Outcome = Field(default_factory=Outcome)
+    outcome: OutcomeRules = Field(default_factory=OutcomeRules)
     stop: Stop = Field(default_factory=Stop)
     source: str = Field(default="", exclude=True)
     """Where the recipe was loaded from (set by the loader)."""
@@ -105,8 +108,42 @@ class Recipe(_Strict):
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
+class Lenient:
+    """A JSON value whose missing fields render as empty text, for error-reason templates."""
+
+    def __init__(self, value: Any = None):
+        self._value = value
+
+    def __getattr__(self, name: str) -> "Lenient":
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, key: Any) -> "Lenient":
+        v = self._value
+        try:
+            return Lenient(v[key]) if isinstance(v, (dict, list)) else Lenient()
+        except (KeyError, IndexError, TypeError):
+            return Lenient()
+
+    def __len__(self) -> int:
+        return len(self._value) if isinstance(self._value, (dict, list, str)) else 0
+
+    def __iter__(self):
+        return iter(Lenient(v) for v in self._value) if isinstance(self._value, list) else iter(())
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __str__(self) -> str:
+        v = self._value
+        if v is None:
+            return ""
+        return v if isinstance(v, str) else json.dumps(v)[:500]
+
+
 def dummy_context() -> dict[str, Any]:
-    """Every variable a recipe template may use, with placeholder values (see harness.episode_context)."""
+    """Every variable a recipe template may use, with placeholder values (see harness/env.py episode_context)."""
     return {
         "prompt": "Create out.txt", "workspace": "/tmp/ws", "episode_id": "ep-dummy", "episode_dir": "/tmp/ep",
         "home": "/tmp/ep/home", "tmpdir": "/tmp/alight-x", "base_url": "http://127.0.0.1:1/e/ep-dummy/v1",
@@ -117,8 +154,6 @@ def dummy_context() -> dict[str, Any]:
 
 
 def _check_templates(recipe: Recipe, where: str) -> None:
-    from agentlightning_cli.harnesses.outcome import Lenient
-
     # Reasons read fields of the harness's own JSON, which vary; only those two names are lenient.
     ctx = {**dummy_context(), "record": Lenient(), "records": Lenient([])}
     ctx["max_turns"] = recipe.max_turns if recipe.max_turns is not None else 0
@@ -143,7 +178,7 @@ def _check_templates(recipe: Recipe, where: str) -> None:
 
 def builtin_dirs() -> list[Path]:
     """Shipped recipe folders: inside the installed package, then the source checkout's top-level folder."""
-    package_dir = Path(__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parent.parent
     return [package_dir / "harness_recipes", package_dir.parent / "harness_recipes"]
 
 

@@ -11,14 +11,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentlightning_cli.recipes import Outcome as OutcomeRules
-from agentlightning_cli.recipes import Recipe
+from agentlightning_cli.harness.recipe import Lenient, OutcomeRules, Recipe
 
 Status = Literal["finished", "harness_error", "timeout", "budget_exceeded", "no_calls"]
 
 
 @dataclass
-class Outcome:
+class EpisodeOutcome:
+    """How one harness episode ended (the recipe's rules for judging it are recipe.OutcomeRules)."""
+
     status: Status
     reason: str | None = None
     exit_code: int | None = None
@@ -37,40 +38,6 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class Lenient:
-    """A JSON value whose missing fields render as empty text, for error-reason templates."""
-
-    def __init__(self, value: Any = None):
-        self._value = value
-
-    def __getattr__(self, name: str) -> "Lenient":
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self[name]
-
-    def __getitem__(self, key: Any) -> "Lenient":
-        v = self._value
-        try:
-            return Lenient(v[key]) if isinstance(v, (dict, list)) else Lenient()
-        except (KeyError, IndexError, TypeError):
-            return Lenient()
-
-    def __len__(self) -> int:
-        return len(self._value) if isinstance(self._value, (dict, list, str)) else 0
-
-    def __iter__(self):
-        return iter(Lenient(v) for v in self._value) if isinstance(self._value, list) else iter(())
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __str__(self) -> str:
-        v = self._value
-        if v is None:
-            return ""
-        return v if isinstance(v, str) else json.dumps(v)[:500]
 
 
 def lookup(record: Any, dotted: str) -> Any:

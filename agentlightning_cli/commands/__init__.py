@@ -1,0 +1,9 @@
+"""The command tier: one module per command group holding its orchestration (cli.py only parses and renders).
+
+lifecycle.py  THE shared helper: store, vLLM when asked (or an upstream URL), proxy; run until done or a
+              signal; drain; stop. Every command and test environment that needs them goes through it.
+serve.py      `alight serve`;  proxy.py  `alight proxy`;  harness.py  `alight harness list/install/check`
+
+May import anything below it: rollout/, train/, inspect/, harness/, sandbox/, proxy/, serve/, tasks/, reward,
+store/, config, errors, process, and the shipped environments in testing/. Never cli.py.
+"""

@@ -1,0 +1,105 @@
+"""`alight harness list/install/check`: settings resolved, the work done, data returned (cli.py only renders).
+
+`check` runs the real harness for one scripted step through the real proxy and store (the shipped test
+environment, testing/proxy_env.py, which goes through commands/lifecycle.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.config import Settings, load_settings
+from agentlightning_cli.harness import install as installs
+from agentlightning_cli.harness import recipe as recipes
+from agentlightning_cli.harness.install import Installed
+from agentlightning_cli.harness.recipe import Recipe
+
+
+@dataclass
+class CheckReport:
+    harness: str
+    protocol: str
+    version: str
+    ok: bool
+    outcome: dict[str, Any]
+    calls: int
+    calls_with_token_ids: int
+    tool_executed: bool
+    out_txt: str | None
+    run_dir: str
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None = None, timeout_s: float = 300) -> CheckReport:
+    from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+    from agentlightning_cli.testing.proxy_env import SMOKE_PROMPT, SmokeEnvironment
+
+    run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"alight-check-{recipe.name}-"))
+    started = time.monotonic()
+    prompt = f"{SMOKE_PROMPT} The file must contain: {OUT_TEXT}"
+    async with SmokeEnvironment(run_dir, tool_then_finish(None)) as env:
+        spec = env.new_episode(recipe, run_dir / "workspace", prompt, timeout_s=timeout_s, max_turns=5)
+        outcome = await env.run(recipe, installed, spec)
+        calls = await asyncio.to_thread(env.store.get_calls, spec.episode_id)
+    out = spec.workspace / OUT_FILE
+    text = out.read_text(errors="replace") if out.is_file() else None
+    with_ids = sum(1 for c in calls if c.prompt_token_ids and c.completion_token_ids)
+    problems = []
+    if outcome.status != "finished":
+        problems.append(f"outcome {outcome.status}: {outcome.reason}")
+    if text is None or text.strip() != OUT_TEXT:
+        problems.append(f"{OUT_FILE} {'missing' if text is None else 'has unexpected content ' + repr(text[:80])}")
+    if len(calls) < 2:
+        problems.append(f"expected at least 2 recorded calls (tool call, then finish), got {len(calls)}")
+    if with_ids < len(calls):
+        problems.append(f"{len(calls) - with_ids} recorded call(s) lack token ids")
+    return CheckReport(
+        harness=recipe.name, protocol=recipe.protocol, version=installed.version, ok=not problems,
+        outcome=outcome.to_dict(), calls=len(calls), calls_with_token_ids=with_ids,
+        tool_executed=text is not None, out_txt=text, run_dir=str(run_dir), problems=problems,
+        seconds=round(time.monotonic() - started, 2),
+    )
+
+
+def _override(settings: Settings, name: str) -> tuple[str | None, str | None, float | None]:
+    o = settings.harness.get(name)
+    return (o.python, o.version, o.timeout_s) if o else (None, None, None)
+
+
+def list_harnesses(settings: Settings | None = None) -> list[dict[str, Any]]:
+    settings = settings or load_settings()
+    rows = []
+    for name, path in recipes.available().items():
+        recipe = recipes.load_path(path)
+        _, version, _ = _override(settings, name)
+        found = installs.layout(recipe, settings.home, version)
+        rows.append({
+            "name": name, "description": recipe.description, "protocol": recipe.protocol,
+            "kind": recipe.install.kind, "package": recipe.install.package, "version": found.version,
+            "installed": installs.is_installed(recipe, settings.home, version), "install_dir": str(found.dir),
+            "recipe": str(path), "max_turns": recipe.max_turns,
+        })
+    return rows
+
+
+def install_harness(name: str, force: bool = False, settings: Settings | None = None) -> installs.Installed:
+    settings = settings or load_settings()
+    recipe = recipes.load(name)
+    python, version, _ = _override(settings, recipe.name)
+    return installs.install(recipe, settings.home, python=python, version=version, force=force)
+
+
+def check_harness(name: str, settings: Settings | None = None) -> CheckReport:
+    settings = settings or load_settings()
+    recipe = recipes.load(name)
+    _, version, timeout = _override(settings, recipe.name)
+    installed = installs.require_installed(recipe, settings.home, version)
+    return asyncio.run(smoke_check(recipe, installed, timeout_s=timeout or 300))

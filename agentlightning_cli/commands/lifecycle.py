@@ -1,0 +1,160 @@
+"""THE shared lifecycle: a store, an upstream (vLLM when asked, or a given URL), the recording proxy; run until
+done or a signal; drain; stop everything in reverse order.
+
+Every command that needs store + upstream + proxy (`alight serve`, `alight proxy`, `alight harness check`, the
+rollout of `alight run`) and the shipped test environment (testing/proxy_env.py) go through here, so signal
+handling, draining and the order of shutdown exist once.
+
+Order and why:
+  1. the store opens first (a wrong path fails before anything slow starts);
+  2. vLLM starts synchronously, outside any event loop, so Ctrl-C during its 20-60 s start-up lands in plain
+     Python and the PolicyServer's cleanup stops its process group;
+  3. the proxy starts on the event loop; SIGINT/SIGTERM/SIGHUP set one stop event;
+  4. on stop: in-flight requests drain (bounded), the proxy stops, vLLM stops, the store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
+
+from agentlightning_cli.errors import AlightError
+
+if TYPE_CHECKING:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.proxy.server import Proxy
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.store import Store
+
+DRAIN_TIMEOUT_S = 10.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_run_name(command: str) -> str:
+    return time.strftime(f"{command}-%Y%m%d-%H%M%S")
+
+
+def open_run(settings: "Settings", name: str, command: str = "serve") -> tuple["Store", Any, Path]:
+    """The run's store and row under runs/NAME: reused if it exists, so a named run can be restarted."""
+    from agentlightning_cli.store import Store
+
+    run_dir = Path(settings.runs_dir) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(run_dir)
+    run = store.get_run(name) or store.create_run(name, {"command": command, **settings.model_dump(mode="json")})
+    return store, run, run_dir
+
+
+@contextmanager
+def interrupt_on_term() -> Iterator[None]:
+    """While slow synchronous start-up runs (vLLM), SIGTERM/SIGHUP unwind like Ctrl-C, so the `with` blocks
+    around it stop what already started."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None) -> Iterator["PolicyServer"]:
+    """vLLM serving `model` with the round-0 adapter (blocking start; stopped, group and all, on exit)."""
+    from agentlightning_cli.serve.policy import PolicyServer
+
+    print(f"starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
+    with interrupt_on_term(), PolicyServer(settings, run_dir, model) as policy:
+        yield policy
+
+
+@asynccontextmanager
+async def proxy_running(store: "Store", upstream_url: str, proxy_settings: Any, *, policy: str | None = "policy-r0",
+                        ad_hoc: bool = False, ad_hoc_scope: tuple[str | None, str | None] | None = None,
+                        on_budget_exceeded: Callable[[str, str], None] | None = None) -> AsyncIterator["Proxy"]:
+    """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit."""
+    from agentlightning_cli.proxy.server import Proxy
+
+    kwargs: dict[str, Any] = {"policy": policy, "ad_hoc": ad_hoc}
+    if ad_hoc_scope is not None:
+        kwargs["ad_hoc_scope"] = ad_hoc_scope
+    proxy = Proxy(store, upstream_url, proxy_settings, **kwargs)
+    if on_budget_exceeded is not None:
+        proxy.on_budget_exceeded = on_budget_exceeded
+    try:
+        await proxy.start()
+    except OSError as exc:
+        raise AlightError(f"cannot listen on {proxy_settings.host}:{proxy_settings.port}: {exc.strerror or exc}",
+                          "pick another --port (0 or none picks a free one)") from exc
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()
+
+
+def stop_on_signals(stop: asyncio.Event) -> list[int]:
+    """SIGINT/SIGTERM/SIGHUP set `stop`; returns the list the caught signals are appended to."""
+    caught: list[int] = []
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, lambda s=sig: (caught.append(s), stop.set()))
+    return caught
+
+
+async def until_stopped(proxy: "Proxy", name: str, stop: asyncio.Event | None = None,
+                        drain_timeout_s: float = DRAIN_TIMEOUT_S) -> list[int]:
+    """Wait for `stop` (or, when none is given, for a stop signal), then drain in-flight requests (bounded).
+    Returns the signals caught, first first."""
+    caught: list[int] = []
+    if stop is None:
+        stop = asyncio.Event()
+        caught = stop_on_signals(stop)
+    await stop.wait()
+    print(f"{name}: stopping (finishing in-flight requests)", file=sys.stderr, flush=True)
+    try:
+        await asyncio.wait_for(proxy.drain(), timeout=drain_timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    return caught
+
+
+def raise_if_interrupted(caught: list[int]) -> None:
+    """Stopped cleanly by Ctrl-C: the CLI boundary still turns it into exit code 130, like every command."""
+    if caught and caught[0] == signal.SIGINT:
+        raise KeyboardInterrupt
+
+
+async def serve_proxy(store: "Store", upstream_url: str, proxy_settings: Any, *, name: str,
+                      banner: Callable[["Proxy"], str], stop: asyncio.Event | None = None,
+                      on_ready: Callable[["Proxy"], None] | None = None, **proxy_kwargs: Any) -> None:
+    """Start the proxy, print the banner, serve until stopped, drain, stop. Ctrl-C ends in KeyboardInterrupt
+    after the clean stop; SIGTERM/SIGHUP return normally."""
+    from agentlightning_cli.proxy.gc_policy import tune_for_serving
+
+    async with proxy_running(store, upstream_url, proxy_settings, **proxy_kwargs) as proxy:
+        tune_for_serving()  # everything is imported now; see gc_policy.py
+        print(banner(proxy), file=sys.stderr, flush=True)
+        if on_ready is not None:
+            on_ready(proxy)
+        caught = await until_stopped(proxy, name, stop)
+    raise_if_interrupted(caught)
+
+
+def run_loop(main: Any) -> None:
+    """Run a coroutine on uvloop where it installs (a cheaper event loop), else asyncio's own."""
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)

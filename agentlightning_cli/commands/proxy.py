@@ -1,0 +1,46 @@
+"""`alight proxy`: the recording proxy alone, in ad-hoc mode, in front of any OpenAI-compatible server, until
+Ctrl-C. The wiring is commands/lifecycle.py; this module adds the upstream check and the banner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.commands import lifecycle
+from agentlightning_cli.errors import AlightError
+
+BANNER = """\
+alight proxy: recording {base} -> {upstream}
+  store: {db}
+  ad-hoc episodes: put any episode id in the URL; it is created on first use and the API key it first
+  presents becomes its key (later requests must send the same key).
+  OpenAI chat / Responses   base_url = {base}/e/<episode>/v1
+  Anthropic Messages        base_url = {base}/e/<episode>
+  e.g.  OPENAI_BASE_URL={base}/e/demo-1/v1 OPENAI_API_KEY=any-secret
+        ANTHROPIC_BASE_URL={base}/e/demo-1 ANTHROPIC_API_KEY=any-secret
+  upstream model: {model}
+Ctrl-C stops."""
+
+
+async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
+    from agentlightning_cli.store import Store
+
+    if not upstream.startswith(("http://", "https://")):
+        raise AlightError(f"--upstream must be an http:// or https:// URL, got {upstream!r}",
+                          "e.g. --upstream http://127.0.0.1:8000")
+    store_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(store_dir)
+
+    def text(proxy: Any) -> str:
+        return BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
+                             model=model or "whatever each client asks for")
+
+    try:
+        await lifecycle.serve_proxy(store, upstream, settings.proxy, name="alight proxy", banner=text,
+                                    policy=model, ad_hoc=True)
+    finally:
+        store.close()
+
+
+def run(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
+    lifecycle.run_loop(serve(settings, upstream, store_dir, model))

@@ -1,0 +1,61 @@
+"""The episode's environment: what a harness process may see (scrubbed parent env) and the template context a
+recipe renders with. Imports only harness/recipe.py of the harness package."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentlightning_cli.harness.recipe import Recipe
+
+if TYPE_CHECKING:
+    from agentlightning_cli.harness.install import Installed
+
+# The parent's provider keys, proxies and tool settings must never leak into a harness: it would talk to
+# a real provider, or pick up a developer's config instead of alight's.
+SCRUB_PREFIXES = (
+    "ALIGHT_", "OPENAI_", "ANTHROPIC_", "CLAUDE_", "CODEX_", "LLM_", "LITELLM_", "MSWEA_", "HOSTED_VLLM_",
+    "OPENHANDS_", "GEMINI_", "GOOGLE_", "AZURE_", "AWS_", "OPENROUTER_", "MISTRAL_", "GROQ_", "TOGETHER",
+    "DEEPSEEK_", "XAI_", "HF_", "HUGGING", "XDG_", "TMUX", "VIRTUAL_ENV", "CONDA_", "PYTHON", "NODE_OPTIONS",
+)
+SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION"}
+
+
+@dataclass
+class EpisodeSpec:
+    episode_id: str
+    prompt: str
+    workspace: Path
+    base_url: str
+    """The proxy's base URL for this episode and the recipe's protocol (proxy.episode_base_url)."""
+    api_key: str
+    run_dir: Path
+    max_turns: int | None = None
+    timeout_s: float | None = None
+    model: str | None = None
+
+
+def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for name in list(env):
+        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
+            del env[name]
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def episode_context(recipe: Recipe, installed: "Installed", spec: EpisodeSpec, episode_dir: Path, tmpdir: Path) -> dict[str, Any]:
+    return {
+        "prompt": spec.prompt, "workspace": str(spec.workspace), "episode_id": spec.episode_id,
+        "episode_dir": str(episode_dir), "home": str(episode_dir / "home"), "tmpdir": str(tmpdir),
+        "prompt_file": str(episode_dir / "prompt.txt"),  # the prompt, written before launch (see Recipe.stdin)
+        "base_url": spec.base_url, "api_key": spec.api_key, "model": spec.model or recipe.model,
+        "install_dir": str(installed.dir), "bin_dir": str(installed.bin_dir), "executable": str(installed.executable),
+        "is_root": os.geteuid() == 0,
+        "max_turns": spec.max_turns if spec.max_turns is not None else (recipe.max_turns or 0),
+        "timeout_s": spec.timeout_s or recipe.timeout_s,
+    }
+
+
