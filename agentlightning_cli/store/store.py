@@ -25,6 +25,7 @@ from agentlightning_cli.store.episode_cache import EpisodeCache, EpisodeState, a
 from agentlightning_cli.store.ids import new_id
 from agentlightning_cli.store.migrations import apply_migrations
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run, StoredCall
+from agentlightning_cli.store.summaries import SummaryReads
 from agentlightning_cli.store.training import TrainingRecords
 
 DB_NAME = "alight.db"
@@ -47,8 +48,9 @@ def _key_hash(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
-class Store(TrainingRecords):
-    """Runs, rounds, episodes and their calls, in `<run_dir>/alight.db` (training records: training.py)."""
+class Store(TrainingRecords, SummaryReads):
+    """Runs, rounds, episodes and their calls, in `<run_dir>/alight.db` (training records: training.py;
+    read-only summaries for browsing: summaries.py)."""
 
     def __init__(self, path: Path, keyframes: call_rows.KeyframePolicy | None = None):
         self.path = Path(path)

@@ -1,0 +1,151 @@
+"""Read-only summaries for browsing a store (`alight inspect`): lists that never decode a body or a token array.
+
+Kept beside store.py (which mixes these methods in). A list of 10,000 episodes with their call counts and token
+totals, or an episode's calls without their bodies, come from one query each: sizes are read from the row
+(`prompt_len`, `length(completion_ids)`), so nothing is decompressed until one call is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from agentlightning_cli.store import codec
+from agentlightning_cli.store.models import Episode
+
+_EPISODE_COLUMNS = ", ".join(f"e.{name}" for name in Episode.__dataclass_fields__)
+_CALL_STATS = """
+SELECT episode_id, COUNT(*) AS calls, SUM(status != 'ok') AS failed_calls,
+       SUM(COALESCE(prompt_len, 0)) AS prompt_tokens, SUM(COALESCE(length(completion_ids), 0)) / 4 AS completion_tokens,
+       MIN(started_at) AS first_call_at, MAX(ended_at) AS last_call_at
+FROM calls {where} GROUP BY episode_id
+"""
+_CALL_SUMMARY_COLUMNS = (
+    "id, episode_id, seq, protocol, method, path, status, http_status, stream, client_model, model, finish_reason,"
+    " usage, sampling, dropped, started_at, first_byte_at, ended_at, error, prompt_len,"
+    " length(completion_ids) / 4 AS completion_len, prompt_base_seq, prompt_prefix_len, client_request_size,"
+    " response_size"
+)
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """An episode with what a list shows about its calls: how many, how many failed, tokens, first/last time."""
+
+    episode: Episode
+    round_index: int | None  # the round's idx (0, 1, ...), None for episodes outside a round
+    calls: int
+    failed_calls: int  # calls whose status is not "ok"
+    prompt_tokens: int  # summed over calls (each call resends its context)
+    completion_tokens: int  # sampled tokens, summed over calls
+    first_call_at: float | None
+    last_call_at: float | None
+
+
+@dataclass(frozen=True)
+class CallSummary:
+    """A stored call without its bodies, token ids or logprobs: what a call list needs, read in one query."""
+
+    id: str
+    episode_id: str
+    seq: int
+    protocol: str
+    method: str
+    path: str
+    status: str
+    http_status: int
+    stream: bool
+    client_model: str | None
+    model: str | None  # the adapter that served it
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    sampling: dict[str, Any] | None
+    dropped: dict[str, Any] | None
+    started_at: float
+    first_byte_at: float | None
+    ended_at: float
+    error: str | None
+    prompt_len: int | None  # None: the upstream reported no token ids
+    completion_len: int | None
+    prompt_base_seq: int | None  # the earlier call whose prompt + completion this prompt starts with
+    prompt_prefix_len: int | None  # how many of that call's prompt + completion tokens it starts with
+    request_size: int  # bytes of the client's request body
+    response_size: int | None
+
+
+class SummaryReads:
+    """Mixed into Store: needs `self._conn()`."""
+
+    def _conn(self) -> sqlite3.Connection:  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def episode_summaries(self, run_id: str | None = None, round_id: str | None = None) -> list[EpisodeSummary]:
+        """Episodes (ordered by id, i.e. creation) with their call counts and token totals, in one query."""
+        where, args = [], []
+        if run_id is not None:
+            where, args = [*where, "e.run_id = ?"], [*args, run_id]
+        if round_id is not None:
+            where, args = [*where, "e.round_id = ?"], [*args, round_id]
+        # Aggregate only the calls of the selected episodes: a round of a big run reads only its own calls.
+        sub_where = "" if not where else (
+            "WHERE episode_id IN (SELECT e.id FROM episodes e WHERE " + " AND ".join(where) + ")")
+        sql = (f"SELECT {_EPISODE_COLUMNS}, r.idx AS round_index, s.calls, s.failed_calls, s.prompt_tokens,"
+               f" s.completion_tokens, s.first_call_at, s.last_call_at"
+               f" FROM episodes e LEFT JOIN rounds r ON r.id = e.round_id"
+               f" LEFT JOIN ({_CALL_STATS.format(where=sub_where)}) s ON s.episode_id = e.id"
+               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY e.id")
+        conn = self._conn()
+        return [_summary(row) for row in conn.execute(sql, [*args, *args] if where else [])]
+
+    def call_summaries(self, episode_id: str) -> list[CallSummary]:
+        """An episode's calls in seq order, without bodies or token arrays."""
+        rows = self._conn().execute(
+            f"SELECT {_CALL_SUMMARY_COLUMNS} FROM calls WHERE episode_id = ? ORDER BY seq",
+            (codec.text_in(episode_id),))
+        return [_call_summary(row) for row in rows]
+
+    def call_responses(self, episode_id: str) -> dict[int, bytes]:
+        """seq -> the response body the client saw, for every call of the episode that has one. Responses are
+        plain frames (no delta chain), so this is one zstd decode per call: cheap previews for a call list."""
+        rows = self._conn().execute("SELECT seq, response FROM calls WHERE episode_id = ? AND response IS NOT NULL"
+                                    " ORDER BY seq", (codec.text_in(episode_id),))
+        return {seq: codec.decompress(blob) for seq, blob in rows}
+
+    def episode_counts(self) -> dict[str | None, int]:
+        """run_id -> how many episodes it has (None: ad-hoc episodes outside any run)."""
+        return dict(self._conn().execute("SELECT run_id, COUNT(*) FROM episodes GROUP BY run_id").fetchall())
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits to the file: a viewer polls it to know when to reload
+        (a write-ahead log makes a running `alight run` visible to readers as it commits)."""
+        return self._conn().execute("PRAGMA data_version").fetchone()[0]
+
+
+def _summary(row: sqlite3.Row) -> EpisodeSummary:
+    values = {name: codec.text_out(row[name]) for name in Episode.__dataclass_fields__}
+    if values["reward_detail"] is not None:
+        values["reward_detail"] = json.loads(values["reward_detail"])
+    return EpisodeSummary(
+        episode=Episode(**values), round_index=row["round_index"], calls=row["calls"] or 0,
+        failed_calls=row["failed_calls"] or 0, prompt_tokens=row["prompt_tokens"] or 0,
+        completion_tokens=row["completion_tokens"] or 0, first_call_at=row["first_call_at"],
+        last_call_at=row["last_call_at"])
+
+
+def _call_summary(row: sqlite3.Row) -> CallSummary:
+    return CallSummary(
+        id=row["id"], episode_id=codec.text_out(row["episode_id"]), seq=row["seq"], protocol=row["protocol"],
+        method=row["method"], path=codec.text_out(row["path"]), status=row["status"], http_status=row["http_status"],
+        stream=bool(row["stream"]), client_model=codec.text_out(row["client_model"]), model=codec.text_out(row["model"]),
+        finish_reason=codec.text_out(row["finish_reason"]),
+        usage=_json(row["usage"]), sampling=_json(row["sampling"]), dropped=_json(row["dropped"]),
+        started_at=row["started_at"], first_byte_at=row["first_byte_at"], ended_at=row["ended_at"],
+        error=codec.text_out(row["error"]), prompt_len=row["prompt_len"], completion_len=row["completion_len"],
+        prompt_base_seq=row["prompt_base_seq"], prompt_prefix_len=row["prompt_prefix_len"],
+        request_size=row["client_request_size"], response_size=row["response_size"])
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
