@@ -21,3 +21,21 @@ class UsageError(AlightError):
     """Bad command-line usage: exit code 2, like Click's own usage errors."""
 
     exit_code = 2
+
+
+def upstream_error_message(raw: bytes | str, limit: int = 500) -> str:
+    """The human message inside an OpenAI-style error body (`{"error": {"message": ...}}`, as vLLM answers), or
+    the text itself; at most `limit` characters. Shared by the proxy and the vLLM client (serve/)."""
+    import json
+
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:limit]
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])[:limit]
+    if isinstance(err, str):
+        return err[:limit]
+    return text.strip()[:limit]

