@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import platform
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 
 @dataclass
@@ -59,17 +57,13 @@ def _command_version(cmd: list[str]) -> str | None:
     return text[0] if out.returncode == 0 and text else None
 
 
-def find_python312() -> str | None:
-    """A Python >= 3.12 interpreter for OpenHands: PATH first, then pyenv's versions folder."""
-    for name in ("python3.13", "python3.12"):
-        path = shutil.which(name)
-        if path and _command_version([path, "--version"]):
-            return path
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for candidate in sorted(root.glob("3.1[2-9]*/bin/python3"), reverse=True):
-        if _command_version([str(candidate), "--version"]):
-            return str(candidate)
-    return None
+def openhands_python() -> tuple[str, str | None]:
+    """OpenHands' interpreter requirement (from its recipe) and the interpreter installs would pick, if any."""
+    from agentlightning_cli.harness.install import find_python
+    from agentlightning_cli.harness.recipe import load
+
+    requirement = load("openhands").install.python or ""
+    return requirement, find_python(requirement)
 
 
 def _vllm_platform() -> str | None:
@@ -93,9 +87,12 @@ def run_checks() -> dict:
     checks.append(Check("npm", npm is not None, npm, None, None if npm else "install npm (comes with Node.js)"))
     tmux = _command_version(["tmux", "-V"])
     checks.append(Check("tmux", tmux is not None, tmux, None, None if tmux else "apt-get install tmux (OpenHands runs its terminal in tmux)"))
-    py312 = find_python312()
-    checks.append(Check("python>=3.12", py312 is not None, _command_version([py312, "--version"]) if py312 else None,
-                        py312, None if py312 else "install python3.12 (OpenHands needs it)"))
+    try:
+        requirement, py = openhands_python()
+    except ImportError as exc:  # alight's own dependencies are missing; the package checks above say so
+        requirement, py = f" (OpenHands; cannot read its recipe: {exc})", None
+    checks.append(Check(f"python{requirement}", py is not None, _command_version([py, "--version"]) if py else None,
+                        py, None if py else f"install a Python {requirement} (OpenHands needs it), e.g. with pyenv"))
     return {
         "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
         "checks": [asdict(c) for c in checks],

@@ -101,7 +101,7 @@ def test_doctor_json_shape() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     names = {c["name"] for c in data["checks"]}
-    assert {"python", "torch", "vllm", "trl", "node", "npm", "tmux", "python>=3.12"} <= names
+    assert {"python", "torch", "vllm", "trl", "node", "npm", "tmux", "python==3.12.*"} <= names
     for check in data["checks"]:
         assert set(check) == {"name", "ok", "version", "detail", "fix"}
         assert check["ok"] or check["fix"], f"{check['name']} is missing without a fix"

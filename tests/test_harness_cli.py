@@ -49,14 +49,16 @@ def test_fresh_npm_install_into_an_isolated_folder(tmp_path: Path) -> None:
     assert (target / "node_modules" / ".bin" / "claude").exists()
 
 
-def test_missing_prerequisite_is_a_clear_error(tmp_path: Path) -> None:
-    old_python = tmp_path / "python3"
-    old_python.write_text("#!/bin/sh\necho 3.8.0\n")
-    old_python.chmod(0o755)
+@pytest.mark.parametrize("version", ["3.8.0", "3.13.0"])
+def test_missing_prerequisite_is_a_clear_error(tmp_path: Path, version: str) -> None:
+    # 3.13 is newer than OpenHands allows (its package says ==3.12.*): pip would find no distribution.
+    python = tmp_path / "python3"
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    python.chmod(0o755)
     out = alight("harness", "install", "openhands", home=tmp_path / "home",
-                 env={"ALIGHT_HARNESS__OPENHANDS__PYTHON": str(old_python)})
+                 env={"ALIGHT_HARNESS__OPENHANDS__PYTHON": str(python)})
     assert out.returncode == 1
-    assert "error: openhands needs Python >=3.12" in out.stderr
+    assert "error: openhands needs Python ==3.12.*" in out.stderr
     assert "set harness.openhands.python" in out.stderr
     assert not (tmp_path / "home" / "harnesses" / "openhands-1.16.0" / ".alight-install.json").exists()
 

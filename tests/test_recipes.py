@@ -11,7 +11,7 @@ import yaml
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec, episode_context
-from agentlightning_cli.harness.install import layout, satisfies
+from agentlightning_cli.harness.install import find_python, layout, satisfies
 from agentlightning_cli.harness.outcome import judge, read_records
 
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
@@ -138,8 +138,28 @@ def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
 def test_version_requirements() -> None:
     assert satisfies("3.12.1", ">=3.12") and not satisfies("3.11.7", ">=3.12")
     assert satisfies("v20.20.2", ">=18") and not satisfies("v16.0.0", ">=18")
+    # Upper bounds, the way packages declare them (OpenHands 1.16.0: Requires-Python ==3.12.*).
+    assert satisfies("3.12.1", "==3.12.*") and not satisfies("3.13.0", "==3.12.*")
+    assert satisfies("3.12.0", ">=3.11,<3.13") and not satisfies("3.13.0", ">=3.11,<3.13")
     with pytest.raises(AlightError):
-        satisfies("3.12", "~=3.12")
+        satisfies("3.12", "3.12 or newer")
+
+
+def test_openhands_recipe_says_what_the_package_says() -> None:
+    assert recipes.load("openhands").install.python == "==3.12.*"
+
+
+def test_interpreter_discovery_honours_upper_bounds(tmp_path, monkeypatch) -> None:
+    """With 3.13 and 3.12 both on PATH, `==3.12.*` picks 3.12 (the newest that satisfies), never 3.13."""
+    for minor, version in ((13, "3.13.0"), (12, "3.12.4")):
+        exe = tmp_path / f"python3.{minor}"
+        exe.write_text(f"#!/bin/sh\necho {version}\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    assert find_python("==3.12.*") == str(tmp_path / "python3.12")
+    assert find_python(">=3.13") == str(tmp_path / "python3.13")
+    assert find_python("==3.14.*") is None
 
 
 def test_packaged_recipes_match_the_checkout() -> None:

@@ -81,13 +81,20 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def satisfies(version: str, requirement: str | None) -> bool:
-    """Only `>=X.Y[.Z]` requirements: all a recipe needs, without another dependency."""
+    """Whether `version` meets a PEP 440 requirement such as ">=3.10", "==3.12.*" or ">=3.11,<3.14".
+
+    Upper bounds matter: a package that says `==3.12.*` has no distribution for 3.13, so pip would fail.
+    """
     if not requirement:
         return True
-    match = re.fullmatch(r"\s*>=\s*([\d.]+)\s*", requirement)
-    if not match:
-        raise AlightError(f"unsupported version requirement {requirement!r}", "write it as '>=X.Y'")
-    return _version_tuple(version) >= _version_tuple(match.group(1))
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        spec = SpecifierSet(requirement)
+    except InvalidSpecifier as exc:
+        raise AlightError(f"unsupported version requirement {requirement!r}",
+                          "write it the way the package declares it, e.g. '>=3.10' or '==3.12.*'") from exc
+    return spec.contains(".".join(str(p) for p in _version_tuple(version)), prereleases=True)
 
 
 def _python_version(python: str) -> str | None:
@@ -121,10 +128,10 @@ def _check_prerequisites(recipe: Recipe, python_override: str | None) -> str | N
     if spec.kind == "venv":
         python = find_python(spec.python, python_override)
         if python is None:
-            where = f"{python_override} is older" if python_override else "none found on PATH or under pyenv"
+            where = f"{python_override} does not satisfy it" if python_override else "none found on PATH or under pyenv"
             raise AlightError(
                 f"{recipe.name} needs Python {spec.python}; {where}",
-                f"install python{(spec.python or '').lstrip('>= ')} or set harness.{recipe.name}.python",
+                f"install a Python that satisfies {spec.python} (e.g. with pyenv) or set harness.{recipe.name}.python",
             )
     else:
         npm, node = shutil.which("npm"), shutil.which("node")

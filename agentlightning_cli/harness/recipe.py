@@ -33,7 +33,7 @@ class Install(_Strict):
     bin: str
     """The executable the install provides (venv/bin/<bin> or node_modules/.bin/<bin>)."""
     python: str | None = None
-    """Python requirement for kind venv, e.g. ">=3.12"."""
+    """Python requirement for kind venv, as the package declares it (PEP 440), e.g. "==3.12.*"."""
     node: str | None = None
     """Node requirement for kind npm, e.g. ">=18" (checked before installing)."""
     prerequisites: list[str] = Field(default_factory=list)
