@@ -1,0 +1,124 @@
+"""The bubblewrap command line for one sandboxed command: what it sees, what it may write, how it reaches the proxy.
+
+Visible, read-only: the system directories (/usr, /etc and the /bin, /lib symlinks), the interpreter that runs
+the in-sandbox forwarder, and the paths the caller names (the harness install, the interpreters its recipe
+needs, a recipe's `sandbox.read_only`). Read-write: the paths the caller names (workspace, episode folder with
+the private HOME, a private tmp folder) and a fresh /tmp. Everything else of the host (the task set, the run
+directory, ALIGHT_HOME, the user's HOME) simply does not exist inside. Network: a private namespace with only
+loopback; the proxy's Unix socket is bound in at /run/alight/proxy.sock and forwarder.py listens on
+127.0.0.1:<proxy port> inside, so a harness keeps its plain http://127.0.0.1:<port>/e/<episode>/v1 URL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox.limits import MB
+
+SOCKET_INSIDE = "/run/alight/proxy.sock"
+FORWARDER_INSIDE = "/run/alight/forwarder.py"
+FORWARDER = Path(__file__).with_name("forwarder.py")
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; scripts/install.sh does it), or run on the host with `--sandbox none`"
+
+
+@dataclass
+class SandboxSpec:
+    writable: list[Path]
+    """Bound read-write at the same path: workspace, episode folder (with the private HOME), private tmp."""
+    read_only: list[Path] = field(default_factory=list)
+    """Bound read-only at the same path: harness install, interpreters, a recipe's extra paths."""
+    proxy_socket: Path | None = None
+    """The host's Unix socket of the proxy; with proxy_port, the forwarder serves it on loopback inside."""
+    proxy_port: int | None = None
+    network: bool = False
+    """True shares the host's network (a task's `setup_network: true`); no forwarder then."""
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+
+
+def bwrap_path() -> str:
+    """The bubblewrap executable, or a clear error naming the fix."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise AlightError("sandbox 'bwrap' needs bubblewrap, and `bwrap` is not on PATH", INSTALL_HINT)
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(bwrap: str) -> str | None:
+    """None when bubblewrap can make user, PID and network namespaces here; otherwise why not."""
+    try:
+        res = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if res.returncode == 0 else (res.stderr.strip() or f"exit code {res.returncode}")
+
+
+def ensure_available() -> str:
+    """bwrap's path once it is known to work on this machine; AlightError with the fix otherwise."""
+    bwrap = bwrap_path()
+    why = _probe(bwrap)
+    if why is not None:
+        raise AlightError(
+            f"bubblewrap cannot create namespaces here: {why}",
+            "allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, or on Ubuntu "
+            "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`), or run on the host with `--sandbox none`",
+        )
+    return bwrap
+
+
+def forwarder_python() -> tuple[str, Path]:
+    """The interpreter that runs forwarder.py (this one, without its virtualenv) and the folder to mount."""
+    exe = Path(os.path.realpath(sys.executable))
+    prefix = Path(os.path.realpath(sys.base_prefix))
+    return str(exe), prefix if exe.is_relative_to(prefix) else exe.parent.parent
+
+
+def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap", info_fd: int | None = None) -> list[str]:
+    """The full command line: bwrap, its mounts, and (with a proxy socket) the forwarder wrapping argv."""
+    args = [bwrap, "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "alight-episode"]
+    if not spec.network:
+        args.append("--unshare-net")
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
+             "--size", str(spec.limits.file_size_mb * MB), "--tmpfs", "/tmp"]
+    forward = spec.proxy_socket is not None and spec.proxy_port is not None and not spec.network
+    python, python_prefix = forwarder_python()
+    read_only = [*spec.read_only, python_prefix] if forward else list(spec.read_only)
+    for path in _outermost(read_only):
+        args += ["--ro-bind", str(path), str(path)]
+    for path in _outermost(spec.writable):
+        args += ["--bind", str(path), str(path)]
+    args += ["--chdir", str(cwd)]
+    if forward:
+        args += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--bind", str(spec.proxy_socket), SOCKET_INSIDE,
+                 "--", python, "-I", "-S", FORWARDER_INSIDE, SOCKET_INSIDE, str(spec.proxy_port), "--", *argv]
+    else:
+        args += ["--", *argv]
+    return args
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """Absolute, existing, de-duplicated, without paths already inside another one of the list."""
+    resolved = sorted({Path(os.path.abspath(p)) for p in paths if os.path.exists(p)}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in resolved:
+        if not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return kept

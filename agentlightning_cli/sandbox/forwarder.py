@@ -1,0 +1,208 @@
+"""Inside the sandbox: listen on 127.0.0.1:<port>, relay every connection to the proxy's Unix socket, and run
+the episode's command as a child; exit with the child's status.
+
+Run as a plain script with the host's interpreter (`python -I -S forwarder.py SOCKET PORT -- argv...`), so it
+imports only the standard library and starts in a few milliseconds. The listening socket is bound BEFORE the
+command starts, so the harness can never race it. One thread, one `selectors` loop, no asyncio: each byte
+costs one recv and one send, and idle connections cost nothing.
+
+Exit status: the child's exit code, or 128 + N when it died of signal N (like a shell), so the runner can tell
+a SIGXCPU / SIGXFSZ (per-process CPU / file-size limit) from an ordinary failure.
+"""
+
+import os
+import selectors
+import signal
+import socket
+import sys
+
+CHUNK = 256 * 1024
+HIGH_WATER = 4 * 1024 * 1024
+"""Bytes queued for a slow reader before we stop reading from its peer (back-pressure)."""
+
+
+class Pipe:
+    """One direction of one relayed connection."""
+
+    __slots__ = ("src", "dst", "buf", "eof", "peer")
+
+    def __init__(self, src, dst):
+        self.src, self.dst, self.buf, self.eof, self.peer = src, dst, bytearray(), False, None
+
+
+class Relay:
+    def __init__(self, listener, unix_path):
+        self.sel = selectors.DefaultSelector()
+        self.listener, self.unix_path = listener, unix_path
+        self.sel.register(listener, selectors.EVENT_READ, None)
+        self.pipes = {}  # socket -> [reading pipe (src is socket), writing pipe (dst is socket)]
+
+    def _accept(self):
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.unix_path)
+        except OSError:
+            client.close()
+            upstream.close()
+            return
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.setblocking(False)
+        upstream.setblocking(False)
+        out, back = Pipe(client, upstream), Pipe(upstream, client)
+        out.peer, back.peer = back, out
+        self.pipes[client] = [out, back]
+        self.pipes[upstream] = [back, out]
+        self.sel.register(client, selectors.EVENT_READ, None)
+        self.sel.register(upstream, selectors.EVENT_READ, None)
+
+    def _rearm(self, sock):
+        if sock not in self.pipes:
+            return
+        reading, writing = self.pipes[sock]
+        events = (0 if reading.eof or len(reading.buf) >= HIGH_WATER else selectors.EVENT_READ)
+        events |= selectors.EVENT_WRITE if writing.buf else 0
+        try:
+            key = self.sel.get_key(sock)
+        except KeyError:
+            key = None
+        if not events:
+            if key is not None:
+                self.sel.unregister(sock)
+        elif key is None:
+            self.sel.register(sock, events, None)
+        elif key.events != events:
+            self.sel.modify(sock, events, None)
+
+    def _close(self, sock):
+        for s in (sock, self.pipes[sock][0].dst):
+            if s in self.pipes:
+                del self.pipes[s]
+                try:
+                    self.sel.unregister(s)
+                except (KeyError, ValueError):
+                    pass
+                s.close()
+
+    def _on_read(self, sock):
+        pipe = self.pipes[sock][0]
+        try:
+            data = sock.recv(CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(sock)
+            return
+        if not data:
+            pipe.eof = True
+            if not pipe.buf:
+                self._shutdown_write(pipe)
+        elif pipe.buf:
+            pipe.buf += data
+        else:
+            try:
+                sent = pipe.dst.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._close(sock)
+                return
+            if sent < len(data):
+                pipe.buf += data[sent:]
+        if sock in self.pipes:
+            self._rearm(sock)
+            self._rearm(pipe.dst)
+
+    def _on_write(self, sock):
+        pipe = self.pipes[sock][1]
+        try:
+            sent = sock.send(pipe.buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(sock)
+            return
+        del pipe.buf[:sent]
+        if not pipe.buf and pipe.eof:
+            self._shutdown_write(pipe)
+        if sock in self.pipes:
+            self._rearm(sock)
+            self._rearm(pipe.src)
+
+    def _shutdown_write(self, pipe):
+        try:
+            pipe.dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if pipe.peer.eof and not pipe.peer.buf and pipe.src in self.pipes:
+            self._close(pipe.src)
+
+    def serve_until(self, done):
+        while not done():
+            for key, events in self.sel.select(0.5):
+                sock = key.fileobj
+                if sock is self.listener:
+                    self._accept()
+                    continue
+                if events & selectors.EVENT_WRITE and sock in self.pipes:
+                    self._on_write(sock)
+                if events & selectors.EVENT_READ and sock in self.pipes:
+                    self._on_read(sock)
+
+
+def main(argv):
+    sep = argv.index("--")
+    unix_path, port, command = argv[1], int(argv[2]), argv[sep + 1:]
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(256)
+    listener.setblocking(False)
+    state = {"status": None}
+    # A self-pipe wakes the select loop the moment the child exits.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _f: _pass_on(state, signum))
+    try:
+        child = os.posix_spawnp(command[0], command, os.environ)
+    except OSError as exc:
+        sys.stderr.write(f"sandbox: cannot start {command[0]}: {exc.strerror or exc}\n")
+        return 127
+    state["child"] = child
+    relay = Relay(listener, unix_path)
+    relay.sel.register(wake_r, selectors.EVENT_READ, None)
+
+    def done():
+        try:
+            os.read(wake_r, 512)
+        except BlockingIOError:
+            pass
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
+            state["status"] = status
+            return True
+        return False
+
+    os.set_blocking(wake_r, False)
+    relay.serve_until(done)
+    status = state["status"]
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _pass_on(state, signum):
+    child = state.get("child")
+    if child:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,135 @@
+"""Per-episode resource limits: kernel limits set before the sandbox starts, plus a pids cgroup when one is writable.
+
+Two layers, because neither alone is enough:
+- rlimits are exact but per process: RLIMIT_CPU and RLIMIT_FSIZE stop one runaway command (SIGXCPU / SIGXFSZ);
+  RLIMIT_NPROC does nothing for root (the kernel exempts uid 0), which is who runs alight in containers.
+- the watchdog (watchdog.py) sums every process of the episode: CPU seconds, resident memory, process count;
+  past a limit it kills the whole sandbox and names the limit.
+A pids cgroup, where the machine lets us create one, makes the process limit a hard kernel limit too, so a fork
+bomb stalls at the limit instead of racing the watchdog's next look.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import secrets
+import time
+from pathlib import Path
+
+from agentlightning_cli.config import EpisodeLimits
+
+MB = 1024 * 1024
+
+
+def rlimits(limits: EpisodeLimits) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for the sandbox's first process; everything it starts inherits them."""
+    cpu = max(1, int(limits.cpu_s))
+    return [
+        (resource.RLIMIT_CPU, cpu, cpu + 5),  # SIGXCPU at soft, SIGKILL at hard: one process's share
+        (resource.RLIMIT_FSIZE, limits.file_size_mb * MB, limits.file_size_mb * MB),
+        (resource.RLIMIT_NPROC, limits.processes, limits.processes),  # honoured for non-root users only
+        (resource.RLIMIT_CORE, 0, 0),  # a crashed tool must not write a core dump of the harness's memory
+    ]
+
+
+def apply_rlimits(values: list[tuple[int, int, int]]) -> None:
+    """In the child between fork and exec (preexec_fn): only what cannot fail half-way."""
+    for res, soft, hard in values:
+        try:
+            old_soft, old_hard = resource.getrlimit(res)
+            if old_hard != resource.RLIM_INFINITY:
+                hard, soft = min(hard, old_hard), min(soft, old_hard)
+            resource.setrlimit(res, (soft, hard))
+        except (ValueError, OSError):
+            pass
+
+
+class PidsCgroup:
+    """A pids cgroup for one episode (cgroup v1 `pids` hierarchy, or v2 where pids is already delegated)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, limit: int) -> "PidsCgroup | None":
+        """A fresh cgroup with pids.max = limit, or None where the machine does not let us make one."""
+        for parent in _candidate_parents():
+            path = parent / f"alight-{os.getpid()}-{secrets.token_hex(4)}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / "pids.max").write_text(str(limit))
+                return cls(path)
+            except OSError:
+                _rmdir(path)
+        return None
+
+    def procs(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def refused_forks(self) -> int:
+        """How many forks the limit refused ("max N" in pids.events)."""
+        try:
+            for line in (self.path / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def remove(self, wait_s: float = 2.0) -> None:
+        """Remove the cgroup once the kernel has let go of its exited processes (that takes a moment)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+
+
+def join_cgroup(procs_file: str | None) -> None:
+    """In the child before exec: move itself into the episode's cgroup, so all it starts is counted."""
+    if procs_file:
+        try:
+            with open(procs_file, "w") as f:
+                f.write("0")  # "0" means the writing process
+        except OSError:
+            pass
+
+
+def _candidate_parents() -> list[Path]:
+    found = []
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").is_file():
+        found.append(v1)
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                own = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+                if "pids" in (own / "cgroup.subtree_control").read_text().split():
+                    found.append(own)
+    except OSError:
+        pass
+    return found
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass

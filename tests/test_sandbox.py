@@ -1,0 +1,189 @@
+"""The sandbox itself, through the real proxy (Unix socket + in-sandbox forwarder) and the scripted upstream:
+what a sandboxed command can reach, its limits, and the clear error without bubblewrap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox import Sandbox, SandboxSpec, ensure_available
+from agentlightning_cli.sandbox.bwrap import bwrap_path, forwarder_python
+from agentlightning_cli.testing import sandbox_agent
+from agentlightning_cli.testing.proxy_env import start_env, stop_env
+
+AGENT = Path(sandbox_agent.__file__)
+PYTHON, PYTHON_PREFIX = forwarder_python()  # the bare interpreter: the agent needs only the standard library
+
+
+class LoopbackServer:
+    """A host service on 127.0.0.1 that is not the proxy; records every connection it gets."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            self.seen.append(str(addr))
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def run_boxed(box: Sandbox, argv: list[str], cwd: Path, timeout: float = 60) -> int | None:
+    """Start argv in the sandbox, wait (killing bubblewrap on timeout), close the sandbox."""
+    proc = await asyncio.create_subprocess_exec(*box.command(argv, cwd), cwd=str(cwd), **box.popen_kwargs(),
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    box.started(proc.pid)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+    box.exit_limit(proc.returncode)
+    box.close()
+    return proc.returncode
+
+
+def episode_dirs(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    ws, ep = tmp_path / name / "ws", tmp_path / name / "ep"
+    ws.mkdir(parents=True)
+    (ep / "home").mkdir(parents=True)
+    return ws, ep
+
+
+def spec_for(ws: Path, ep: Path, env, limits: EpisodeLimits | None = None) -> SandboxSpec:
+    port = int(env.proxy.base_url.rsplit(":", 1)[1])
+    return SandboxSpec(writable=[ws, ep], read_only=[AGENT.parent], proxy_socket=Path(env.proxy.unix_path),
+                       proxy_port=port, limits=limits or EpisodeLimits())
+
+
+async def test_sees_its_workspace_and_the_proxy_and_nothing_else(tmp_path: Path) -> None:
+    env = await start_env(tmp_path)
+    server = LoopbackServer()
+    home_secret = Path.home() / f".alight-sandbox-probe-{os.getpid()}"
+    home_secret.write_text("user secret")
+    try:
+        hidden = tmp_path / "taskset" / "hidden" / "test_secret.py"
+        hidden.parent.mkdir(parents=True)
+        hidden.write_text("HIDDEN TEST")
+        other_ws, _ = episode_dirs(tmp_path, "other")
+        (other_ws / "answer.txt").write_text("other episode's work")
+        ws, ep = episode_dirs(tmp_path, "mine")
+        episode_id, key = env.episode()
+        store_db = next((tmp_path / "run").glob("*.db"))
+        outside = tmp_path / "outside.txt"
+        cfg = {
+            "base_url": f"{env.proxy.base_url}/e/{episode_id}/v1", "api_key": key,
+            "read": [str(hidden), str(store_db), str(other_ws / "answer.txt"), str(home_secret), str(ep / "home")],
+            "write": [str(outside), "/etc/alight-escape", str(Path.home() / "escape.txt"), str(ep / "home" / "ok.txt"),
+                      "/tmp/ok.txt"],
+            "connect": [["127.0.0.1", server.port]],
+            "resolve": ["example.com", "pypi.org"],
+        }
+        box = Sandbox(spec_for(ws, ep, env))
+        code = await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps(cfg)], ws)
+        assert code == 0, box.breach
+        report = json.loads((ws / "report.json").read_text())
+        assert report["model"] == {"ok": True, "value": [200, "Hello from the fake model."]}
+        calls = await env.calls(episode_id, 1)
+        assert len(calls) == 1 and calls[0].status == "ok"
+        assert (ws / "out.txt").read_text() == "edited by the script agent\n"
+        for path in (hidden, store_db, other_ws / "answer.txt", home_secret):
+            assert not report["read"][str(path)]["ok"], path
+            assert "FileNotFoundError" in report["read"][str(path)]["error"]
+        writes = report["write"]
+        assert writes[str(ep / "home" / "ok.txt")]["ok"] and writes["/tmp/ok.txt"]["ok"]
+        assert not writes["/etc/alight-escape"]["ok"] and "Read-only" in writes["/etc/alight-escape"]["error"]
+        # Writes elsewhere land in the sandbox's own throwaway tmpfs at best, never on the host.
+        assert not outside.exists() and not (Path.home() / "escape.txt").exists()
+        assert not Path("/etc/alight-escape").exists() and not Path("/tmp/ok.txt").exists()
+        assert not report["connect"][f"127.0.0.1:{server.port}"]["ok"]
+        assert server.seen == []
+        assert not any(r["ok"] for r in report["resolve"].values()), report["resolve"]
+    finally:
+        home_secret.unlink()
+        server.close()
+        await stop_env(env)
+
+
+async def test_fork_bomb_and_memory_hog_end_at_their_limits_while_another_goes_on(tmp_path: Path) -> None:
+    env = await start_env(tmp_path)
+    try:
+        limits = EpisodeLimits(processes=48, memory_mb=300)
+        boxes, runs = [], []
+        for name, mode in (("bomb", "fork_bomb"), ("hog", "memory_hog"), ("calm", "probe")):
+            ws, ep = episode_dirs(tmp_path, name)
+            box = Sandbox(spec_for(ws, ep, env, limits))
+            argv = [PYTHON, "-I", str(AGENT), json.dumps({"mode": mode})]
+            if name == "calm":  # outlives the other two, then finishes normally
+                argv = ["bash", "-c", f"sleep 3 && {PYTHON} -I {AGENT} '{json.dumps({'mode': mode})}'"]
+            boxes.append((name, box, ws))
+            runs.append(run_boxed(box, argv, ws, timeout=60))
+        codes = await asyncio.gather(*runs)
+        result = {name: (box.limit, box.breach, code, ws) for (name, box, ws), code in zip(boxes, codes)}
+        assert result["bomb"][0] == "processes", result["bomb"]
+        assert result["hog"][0] == "memory", result["hog"]
+        assert result["calm"][0] is None and result["calm"][2] == 0, result["calm"]
+        assert (result["calm"][3] / "report.json").exists()
+    finally:
+        await stop_env(env)
+
+
+async def test_killing_the_sandbox_leaves_no_process_behind(tmp_path: Path) -> None:
+    ws, ep = episode_dirs(tmp_path, "sleeper")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], read_only=[AGENT.parent, PYTHON_PREFIX]))
+    marker = f"{os.getpid()}{len(str(tmp_path))}"
+    argv = ["bash", "-c", f"(setsid sleep 36{marker} &); {PYTHON} -I {AGENT} '{json.dumps({'mode': 'sleep_with_daemon'})}'"]
+    await run_boxed(box, argv, ws, timeout=3)
+    assert (ws / "report.json").exists(), "the agent never ran; the test proves nothing"
+    await asyncio.sleep(0.2)
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).find(f"36{marker}") >= 0]
+    left += [p for p in os.listdir("/proc") if p.isdigit() and str(AGENT) in _cmdline(p)]
+    assert left == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_big_file_hits_the_file_size_limit(tmp_path: Path) -> None:
+    ws, ep = episode_dirs(tmp_path, "writer")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], read_only=[AGENT.parent, PYTHON_PREFIX], limits=EpisodeLimits(file_size_mb=5)))
+    await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps({"mode": "big_file"})], ws)
+    assert box.limit == "file_size" and "big.bin" in box.breach
+    assert (ws / "big.bin").stat().st_size == 5 * 1024 * 1024
+
+
+def test_without_bubblewrap_the_error_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without bwrap
+    with pytest.raises(AlightError) as err:
+        bwrap_path()
+    assert "bubblewrap" in str(err.value) and "apt-get install bubblewrap" in err.value.hint
+    assert "--sandbox none" in err.value.hint
+    with pytest.raises(AlightError):
+        Sandbox(SandboxSpec(writable=[tmp_path]))
+
+
+def test_this_machine_can_sandbox() -> None:
+    assert ensure_available().endswith("bwrap")
