@@ -1,0 +1,109 @@
+"""GRPO advantages per episode: group = the episodes of one task in one round.
+
+Why per episode and not per row: an episode gets one reward, and its rows differ in number (merging, breaks).
+Computing the advantage once per episode and broadcasting it, with each row weighted 1/rows-of-its-episode,
+makes every episode count once however many rows it became; a row-level baseline would push long episodes
+around just for having more rows. Groups whose rewards are all equal carry no signal (advantage 0 everywhere)
+and only dilute the token-mean loss, so they are dropped and counted (DAPO's dynamic sampling).
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_OUTCOMES = ("finished", "budget_exceeded", "timeout")
+SCALES = ("group", "batch", "none")
+EPS = 1e-4  # as TRL: (r - mean) / (std + eps), so a tiny spread does not explode
+
+
+@dataclass
+class AdvantageReport:
+    advantages: dict[str, float] = field(default_factory=dict)  # episode id -> advantage
+    rewards: dict[str, float] = field(default_factory=dict)  # episode id -> the reward used
+    groups: int = 0  # groups kept
+    dropped: Counter = field(default_factory=Counter)  # zero_variance_groups, outcome_<x>, reward_error, ...
+
+    @property
+    def episodes(self) -> int:
+        return len(self.advantages)
+
+
+def trainable_rewards(episodes: Iterable[Any], outcomes: Sequence[str] = DEFAULT_OUTCOMES,
+                      on_error: str = "skip") -> tuple[dict[str, tuple[str, float]], Counter]:
+    """Episode id -> (task id, reward) for the episodes that train, and why the others do not.
+
+    `outcomes`: how a harness run must have ended to train (a crashed harness says nothing about the policy).
+    `on_error`: an episode whose reward command failed (`reward_error`) is skipped, or scored 0.
+    """
+    if on_error not in ("skip", "zero"):
+        raise ValueError(f"reward.on_error must be skip or zero, got {on_error!r}")
+    kept: dict[str, tuple[str, float]] = {}
+    dropped: Counter = Counter()
+    for ep in episodes:
+        if ep.outcome not in outcomes:
+            dropped[f"outcome_{ep.outcome or 'unknown'}"] += 1
+            continue
+        reward = ep.reward
+        if ep.status == "reward_error":
+            if on_error == "skip":
+                dropped["reward_error"] += 1
+                continue
+            reward = 0.0
+        if reward is None or not math.isfinite(float(reward)):
+            dropped["no_reward"] += 1
+            continue
+        kept[ep.id] = (ep.task_id or "", float(reward))
+    return kept, dropped
+
+
+def group_advantages(rewards: dict[str, tuple[str, float]], scale: str = "group") -> AdvantageReport:
+    """Reward minus the group mean, divided by the group's std (`group`), the whole round's (`batch`), or 1."""
+    if scale not in SCALES:
+        raise ValueError(f"train.scale_rewards must be one of {', '.join(SCALES)}, got {scale!r}")
+    report = AdvantageReport()
+    groups: dict[str, list[str]] = defaultdict(list)
+    for ep_id, (task, _) in rewards.items():
+        groups[task].append(ep_id)
+    centred: dict[str, float] = {}
+    for task, ids in groups.items():
+        values = [rewards[i][1] for i in ids]
+        if len(ids) < 2 or max(values) == min(values):
+            report.dropped["zero_variance_groups" if len(ids) > 1 else "single_episode_groups"] += 1
+            report.dropped["zero_variance_episodes" if len(ids) > 1 else "single_episodes"] += len(ids)
+            continue
+        mean = sum(values) / len(values)
+        std = _std(values)
+        report.groups += 1
+        for i, r in zip(ids, values):
+            centred[i] = (r - mean) / (std + EPS) if scale == "group" else r - mean
+            report.rewards[i] = r
+    if scale == "batch" and centred:
+        std = _std([rewards[i][1] for i in centred])
+        centred = {i: a / (std + EPS) for i, a in centred.items()}
+    report.advantages = centred
+    return report
+
+
+def apply(rows: Sequence[Any], report: AdvantageReport) -> list[Any]:
+    """The rows whose episode has an advantage, each stamped with it and weighted 1/rows-of-its-episode."""
+    per_episode = Counter(r.episode_id for r in rows if r.episode_id in report.advantages)
+    out = []
+    for row in rows:
+        if row.episode_id not in report.advantages:
+            continue
+        row.advantage = report.advantages[row.episode_id]
+        row.reward = report.rewards[row.episode_id]
+        row.weight = 1.0 / per_episode[row.episode_id]
+        out.append(row)
+    return out
+
+
+def _std(values: Sequence[float]) -> float:
+    # Unbiased, as TRL's group std.
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))

@@ -1,0 +1,170 @@
+"""GRPO + LoRA on stored rows: a trl.GRPOTrainer that never generates.
+
+Why a subclass and not TRL's rollout_func: our rows carry precomputed per-episode advantages (groups of any
+size, several rows per episode), a loss mask for the gaps between replies, and vLLM's sampling logprobs for
+importance weights; rollout_func can express none of these. Two private methods are overridden
+(`_get_train_sampler`, `_generate_and_score_completions`); TRL is pinned (1.16.*) for that reason and
+tests/test_train_grpo.py checks the contract. TRL's own `_compute_loss` does the rest (clipped ratio,
+loss normalisation, gradient accumulation, metrics).
+
+Importance weights: rho = exp(logp_trainer - logp_vllm) per token, truncated at `importance_cap`, folded into
+the (B, T) advantages. Exact, because every clipped surrogate TRL offers is positively homogeneous in A.
+Heavy imports (torch, trl, peft) happen inside functions only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agentlightning_cli.errors import AlightError
+
+
+@dataclass
+class GRPORun:
+    """Inputs of one training pass (one round), already settled by round_step."""
+
+    base_model: Path
+    rows: list[Any]  # train.rows.Row with advantage and weight set
+    out_dir: Path
+    settings: Any  # config.TrainSettings
+    temperature: float
+    rank: int
+    previous_adapter: Path | None = None
+    logging_dir: Path | None = None
+    on_step: Callable[[dict[str, Any]], None] | None = None  # called with each step's metrics
+
+
+@dataclass
+class GRPOResult:
+    steps: int
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _quiet_hub() -> None:
+    # Training never downloads: the base model is a local directory. TRL also reports telemetry when a trainer
+    # is built, which hangs on a machine without network.
+    for name, value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_TELEMETRY", "1"), ("TRL_EXPERIMENTAL_SILENCE", "1"),
+                        ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
+    # TRL warns at import when the serving venv's vLLM is newer than its tested range; training never uses vLLM.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
+
+
+def load_policy(base_model: Path, previous_adapter: Path | None, settings: Any, rank: int):
+    """(model, tokenizer, peft_config): the base model, with the previous round's adapter when there is one."""
+    import torch
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32  # bf16 on CPU is slower, and inexact
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=dtype, local_files_only=True)
+    if previous_adapter is not None:
+        # is_trainable: a saved adapter loads frozen (inference_mode) otherwise. TRL refuses a PeftModel together
+        # with a peft_config, so continuing passes none.
+        return PeftModel.from_pretrained(model, str(previous_adapter), is_trainable=True), tokenizer, None
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in settings.target_modules if t in present]
+    if not targets:
+        raise AlightError(f"{base_model}: none of the LoRA target modules {settings.target_modules} exist in this model",
+                          hint="set train.target_modules to the model's projection names")
+    lora = LoraConfig(r=rank, lora_alpha=settings.lora_alpha or 2 * rank, lora_dropout=settings.lora_dropout,
+                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    return model, tokenizer, lora
+
+
+def train(job: GRPORun) -> GRPOResult:
+    """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result."""
+    _quiet_hub()
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer
+
+    s = job.settings
+    started = time.perf_counter()
+    model, tokenizer, lora = load_policy(job.base_model, job.previous_adapter, s, job.rank)
+    gen_batch = s.batch_size * s.grad_accum
+    rows = pad_rows(job.rows, gen_batch, tokenizer.pad_token_id or 0)
+    steps = max(1, len(rows) // gen_batch) * s.epochs
+    on_gpu = torch.cuda.is_available()
+    config = dict(
+        # output_dir: only TensorBoard writes there (save_strategy="no"), under runs/<time>/
+        output_dir=str(job.logging_dir or job.out_dir / ".trainer"), per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=s.grad_accum, steps_per_generation=s.grad_accum,
+        num_generations=2 if gen_batch % 2 == 0 else gen_batch, num_iterations=1, max_steps=steps,
+        learning_rate=s.learning_rate, beta=0.0, loss_type=s.loss_type, temperature=job.temperature,
+        logging_steps=1, save_strategy="no", report_to=_report_to(), seed=s.seed, data_seed=s.seed,
+        bf16=on_gpu, gradient_checkpointing=on_gpu, remove_unused_columns=False, use_cpu=not on_gpu,
+        lr_scheduler_type="constant", warmup_steps=0, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    config.update(s.grpo)  # the user's GRPOConfig values win
+    try:
+        args = GRPOConfig(**config)
+    except (TypeError, ValueError) as exc:
+        raise AlightError(f"train.grpo: GRPOConfig refused these values: {exc}",
+                          hint="check the keys under train.grpo against trl.GRPOConfig") from exc
+    log = StepLog(job.on_step)
+    trainer = StoredGRPOTrainer(
+        model=model, reward_funcs=_no_reward, args=args, processing_class=tokenizer, peft_config=lora,
+        train_dataset=Dataset.from_list([_as_record(r) for r in rows]), callbacks=[log],
+    )
+    trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
+    trainer.train()
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        path = job.out_dir / name
+        if path.exists():
+            path.chmod(0o644)  # written 0600; vLLM may run as another user
+    return GRPOResult(steps=trainer.state.global_step, metrics=log.steps, seconds=time.perf_counter() - started)
+
+
+def _report_to() -> list[str]:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return []
+    return ["tensorboard"]
+
+
+def _no_reward(*_args: Any, **kwargs: Any) -> list[float]:
+    # GRPOTrainer insists on a reward function; ours come from the store and are never recomputed.
+    return [0.0] * len(kwargs.get("completion_ids", []))
+
+
+def _as_record(row: Any) -> dict[str, Any]:
+    return {"prompt": "", "prompt_ids": row.prompt_ids, "completion_ids": row.completion_ids, "mask": row.mask,
+            "logprobs": row.logprobs, "advantage": row.advantage * row.weight, "reward": row.reward,
+            "calls": len(row.call_ids)}
+
+
+def pad_rows(rows: list[Any], multiple: int, pad_id: int) -> list[Any]:
+    """Rows plus fully masked copies up to a multiple of the generation batch: TRL's sampler drops an incomplete
+    last batch, and a round smaller than one batch would train zero steps without a word."""
+    from agentlightning_cli.train.rows import Row
+
+    out = list(rows)
+    while len(out) % multiple:
+        out.append(Row(episode_id="", prompt_ids=[pad_id], completion_ids=[pad_id], mask=[0], logprobs=[0.0]))
+    return out
+
+
+def importance_weights(trainer_logps: Any, vllm_logps: Any, mask: Any, mode: str, cap: float) -> Any:
+    """exp(logp_trainer - logp_vllm), truncated at `cap`; 1 where masked. Per token, or one per sequence."""
+    import torch
+
+    diff = torch.nan_to_num((trainer_logps - vllm_logps) * mask, nan=0.0)
+    if mode == "none":
+        return torch.ones_like(diff)
+    if mode == "sequence_truncate":
+        diff = diff.sum(-1, keepdim=True).expand_as(diff)
+    return torch.clamp(torch.exp(diff), max=cap) * mask + (1 - mask)
+

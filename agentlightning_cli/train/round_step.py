@@ -1,0 +1,211 @@
+"""train_round: one round's episodes -> rows -> advantages -> GRPO + LoRA -> an adapter for the next round.
+
+The API `alight train` and `alight run --rounds` call (docs/contracts.md). Everything it decides is written to
+the store (train_rounds, train_steps), so `alight inspect` can show why a round trained the way it did.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.train import advantages as adv
+from agentlightning_cli.train.rows import RowContext, RowReport, build_rows
+
+# Metrics TRL (and our trainer) log -> TrainStep columns.
+_STEP_FIELDS = {"loss": "loss", "reward": "reward_mean", "reward_std": "reward_std",
+                "clip_ratio/region_mean": "clip_fraction", "grad_norm": "grad_norm", "tokens_per_s": "tokens_per_s"}
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+class NothingToTrain(AlightError):
+    """The round has nothing trainable; the message says why (never zero silent steps)."""
+
+
+def print_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class TrainReport:
+    adapter_dir: Path
+    rows: int
+    calls: int
+    steps: int
+    seconds: float
+    break_reasons: dict[str, int]
+    dropped_groups: int
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    episodes: int = 0
+    merge_rule: str = "strict"
+    temperature: float = 1.0
+    base_adapter: str | None = None
+    chat_template: str | None = None
+
+    @property
+    def calls_per_row(self) -> float:
+        return self.calls / self.rows if self.rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"adapter_dir": str(self.adapter_dir), "rows": self.rows, "calls": self.calls,
+                "calls_per_row": round(self.calls_per_row, 3), "steps": self.steps, "seconds": round(self.seconds, 3),
+                "break_reasons": self.break_reasons, "dropped_groups": self.dropped_groups, "dropped": self.dropped,
+                "episodes": self.episodes, "merge_rule": self.merge_rule, "temperature": self.temperature,
+                "base_adapter": self.base_adapter, "chat_template": self.chat_template, "metrics": self.metrics}
+
+
+def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
+    """What row building needs from the model's tokenizer (decode for break reasons, end-of-turn ids for splice)."""
+    specials = list(dict.fromkeys([*tokenizer.all_special_tokens, *_END_OF_TURN]))
+    eot = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in _END_OF_TURN
+                                      if t in tokenizer.get_vocab()}
+    return RowContext(decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+                      special_tokens=specials, eot_ids=frozenset(i for i in eot if i is not None),
+                      max_tokens=max_tokens)
+
+
+def collect_rows(store: Any, episode_ids: list[str], ctx: RowContext, merge: str) -> RowReport:
+    report = RowReport()
+    for ep in episode_ids:
+        report.extend(build_rows(ep, store.get_calls(ep), ctx, merge))
+    return report
+
+
+def default_rank(base_model: Path, settings: Any) -> int:
+    """train.lora_rank, else 8 for the embedded tiny model (vLLM's default --max-lora-rank here), else 32."""
+    if settings.train.lora_rank:
+        return settings.train.lora_rank
+    from agentlightning_cli.serve.tiny_model import tiny_model_dir
+
+    tiny = tiny_model_dir(settings.home).resolve()
+    return 8 if Path(base_model).resolve() == tiny or Path(base_model).name.startswith("tiny-") else 32
+
+
+def check_base_model(base_model: Path | None) -> Path:
+    if base_model is None or not (Path(base_model) / "config.json").is_file():
+        raise AlightError(f"base model not found: {base_model} has no config.json",
+                          hint="pass --base-model DIR (a local Hugging Face model directory, the one vLLM served)")
+    return Path(base_model)
+
+
+def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, settings: Any, out_dir: Path,
+                log: Callable[[str], None] = print_to_stderr) -> TrainReport:
+    """Train on the episodes of round `round_index`, continuing from that round's adapter; write out_dir."""
+    started = time.perf_counter()
+    base_model = check_base_model(base_model)
+    run = store.get_run(run_id)
+    if run is None:
+        raise NothingToTrain(f"no run {run_id!r} in {store.path}", hint="`alight inspect` lists the runs")
+    rnd = next((r for r in store.list_rounds(run.id) if r.index == round_index), None)
+    if rnd is None:
+        raise NothingToTrain(f"run {run.name!r} has no round {round_index}",
+                             hint=f"it has rounds {[r.index for r in store.list_rounds(run.id)]}")
+    episodes = store.list_episodes(run_id=run.id, round_id=rnd.id)
+    if not episodes:
+        raise NothingToTrain(f"round {round_index} of run {run.name!r} has no episodes", hint="run some tasks first")
+    t = settings.train
+    rewards, dropped = adv.trainable_rewards(episodes, t.outcomes, settings.reward.on_error)
+    if not rewards:
+        raise NothingToTrain(f"none of the {len(episodes)} episodes of round {round_index} has a reward to train on"
+                             f" ({_counts(dropped)})",
+                             hint="check the reward command (`alight inspect`), train.outcomes and reward.on_error")
+    scored = adv.group_advantages(rewards, t.scale_rewards)
+    dropped.update(scored.dropped)
+    if not scored.advantages:
+        raise NothingToTrain(f"every group of round {round_index} has equal rewards (or one episode): no signal to"
+                             f" learn from ({_counts(dropped)})",
+                             hint="use more attempts per task, or a reward that tells attempts apart")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
+    ctx = row_context(tokenizer, t.max_row_tokens or settings.serve.max_model_len)
+    report = collect_rows(store, list(scored.advantages), ctx, t.merge)
+    dropped.update(report.dropped)
+    if not report.rows:
+        raise NothingToTrain(f"the {scored.episodes} scored episodes of round {round_index} have no calls with token"
+                             f" ids to train on ({_counts(dropped)})",
+                             hint="calls must go through alight's proxy to a vLLM upstream that returns token ids")
+    temperature, rows = _one_temperature(report.rows, dropped)
+    rows = adv.apply(rows, scored)
+    previous = _previous_adapter(rnd.adapter_path)
+    rank = _adapter_rank(previous) or default_rank(base_model, settings)
+    choice = _template_choice(run.config)
+    log(f"training round {round_index}: {len(rows)} rows from {sum(len(r.call_ids) for r in rows)} calls of"
+        f" {scored.episodes} episodes ({scored.groups} groups), merge={t.merge}, temperature={temperature},"
+        f" LoRA rank {rank}{', continuing ' + str(previous) if previous else ''}")
+    store.clear_train_steps(run.id, round_index)
+
+    def on_step(entry: dict[str, Any]) -> None:
+        from agentlightning_cli.store import TrainStep
+
+        known = {col: entry.get(key) for key, col in _STEP_FIELDS.items()}
+        extra = {k: v for k, v in entry.items() if k not in _STEP_FIELDS and k != "step"}
+        store.add_train_steps([TrainStep(run.id, round_index, int(entry["step"]), **known,
+                                         rows=_int(entry.get("rows")), merged_calls=_int(entry.get("merged_calls")),
+                                         extra=extra)])
+        log(f"  step {int(entry['step'])}: loss {entry.get('loss', float('nan')):.4f}"
+            f" reward {entry.get('reward', float('nan')):.3f} tokens/s {entry.get('tokens_per_s', 0):.0f}")
+
+    from agentlightning_cli.train.grpo import GRPORun, train
+
+    result = train(GRPORun(base_model=base_model, rows=rows, out_dir=Path(out_dir), settings=t,
+                           temperature=temperature, rank=rank, previous_adapter=previous,
+                           logging_dir=Path(store.path).parent / "logs" / "tensorboard" / f"round-{round_index}",
+                           on_step=on_step))
+    out = TrainReport(adapter_dir=Path(out_dir), rows=len(rows), calls=sum(len(r.call_ids) for r in rows),
+                      steps=result.steps, seconds=time.perf_counter() - started, break_reasons=dict(report.breaks),
+                      dropped_groups=dropped["zero_variance_groups"] + dropped["single_episode_groups"],
+                      metrics=result.metrics, dropped=dict(dropped), episodes=scored.episodes, merge_rule=t.merge,
+                      temperature=temperature, base_adapter=str(previous) if previous else None, chat_template=choice)
+    from agentlightning_cli.store import TrainRound
+
+    store.put_train_round(TrainRound(
+        run.id, round_index, rows=out.rows, calls=out.calls, steps=out.steps, seconds=out.seconds,
+        merge_rule=t.merge, break_reasons=out.break_reasons, dropped=out.dropped, adapter_dir=str(out_dir),
+        base_adapter=out.base_adapter, chat_template=choice,
+        detail={"rank": rank, "learning_rate": t.learning_rate, "temperature": temperature, "episodes": out.episodes,
+                "loss_type": t.loss_type, "breaks": report.break_log[:200]}))
+    return out
+
+
+def _one_temperature(rows: list[Any], dropped: Counter) -> tuple[float, list[Any]]:
+    """The most common sampling temperature and its rows: the trainer divides logits by one temperature, so rows
+    sampled at another would get wrong logprobs and importance weights. Others are dropped and counted."""
+    counts = Counter(r.temperature for r in rows)
+    temperature = counts.most_common(1)[0][0]
+    kept = [r for r in rows if r.temperature == temperature]
+    if len(kept) < len(rows):
+        dropped["other_temperature_rows"] += len(rows) - len(kept)
+    return temperature, kept
+
+
+def _previous_adapter(path: str | None) -> Path | None:
+    if path and (Path(path) / "adapter_config.json").is_file():
+        return Path(path)
+    return None
+
+
+def _adapter_rank(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    import json
+
+    return int(json.loads((path / "adapter_config.json").read_text())["r"])
+
+
+def _template_choice(config: dict[str, Any]) -> str | None:
+    return config.get("chat_template_choice") or (config.get("serve") or {}).get("chat_template")
+
+
+def _counts(counter: Counter) -> str:
+    return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counter.items()) if v) or "nothing recorded"
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(round(value))

@@ -1,0 +1,205 @@
+"""Training rows from an episode's stored calls: exact token ids only, consecutive calls merged into one row.
+
+Why merge: an agent's call n+1 usually resends call n's prompt + reply + a tool result. One row holding the
+whole chain forwards the shared prefix once instead of once per call. The reply tokens are trained (mask 1,
+with the logprob vLLM reported when it sampled them); the glue between replies (tool output, template
+tokens) is context (mask 0). Nothing here tokenises text: ids come from the store as vLLM used them.
+
+Two merge rules (`train.merge`):
+- strict: call n+1 merges when its prompt ids start with call n's prompt + completion ids. The row is exactly
+  what the model saw at every call.
+- splice: call n+1 merges when its prompt ids start with call n's PROMPT ids; call n's sampled ids stay as the
+  assistant span and the gap is call n+1's prompt after that turn's end-of-turn token. More merges, but the
+  row is a context the model did not literally see at call n+1 (e.g. re-serialised tool-call JSON).
+When neither applies a new row starts and the break is classified (classify_break) so its cause is visible.
+
+Pure: no torch, no store. `decode` (ids -> text, special tokens kept) comes from the caller's tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+BREAK_REASONS = ("template", "retokenised", "edited", "other")
+MERGE_RULES = ("strict", "splice")
+# Thinking blocks that chat templates drop from past assistant turns.
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass
+class RowContext:
+    """What row building needs to know about the model's tokenizer."""
+
+    decode: Callable[[Sequence[int]], str] | None = None  # ids -> text with special tokens kept
+    special_tokens: Sequence[str] = ()  # their text, removed before comparing rendered histories
+    eot_ids: frozenset[int] = frozenset()  # end-of-turn ids (the splice rule cuts the gap after one)
+    max_tokens: int | None = None  # rows longer than this are dropped (merging stops before reaching it)
+
+
+@dataclass
+class Row:
+    """One training sequence: the first call's prompt, then sampled spans (mask 1) and the gaps between (mask 0)."""
+
+    episode_id: str
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # stored sampling logprobs; 0.0 under mask 0
+    call_ids: list[str] = field(default_factory=list)
+    merge: str = "strict"  # the rule that merged it: "splice" once any join needed the splice rule
+    temperature: float = 1.0
+    advantage: float = 0.0  # filled in by advantages.apply
+    reward: float = 0.0  # its episode's reward (for logging), filled in by advantages.apply
+    weight: float = 1.0  # 1 / rows of its episode: each episode weighs as one
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.mask)
+
+
+@dataclass
+class RowReport:
+    """What happened to an episode's (or a round's) calls on the way to rows."""
+
+    rows: list[Row] = field(default_factory=list)
+    calls: int = 0  # calls that went into kept rows
+    breaks: Counter = field(default_factory=Counter)  # reason -> count
+    dropped: Counter = field(default_factory=Counter)  # error_calls, no_token_ids, retried_prompts, over_long_rows, ...
+    break_log: list[dict[str, Any]] = field(default_factory=list)  # {episode_id, call_id, reason}
+
+    def extend(self, other: RowReport) -> None:
+        self.rows += other.rows
+        self.calls += other.calls
+        self.breaks.update(other.breaks)
+        self.dropped.update(other.dropped)
+        self.break_log += other.break_log
+
+
+def usable_calls(calls: Sequence[Any], dropped: Counter) -> list[Any]:
+    """The calls that can become rows, in order: error calls and calls without ids are dropped (and counted);
+    of consecutive calls with the same prompt ids (a client retry) only the last is kept, since that is the
+    one the harness continued from."""
+    kept: list[Any] = []
+    for call in calls:
+        if call.status != "ok":
+            dropped["error_calls"] += 1
+            continue
+        if not call.prompt_token_ids or not call.completion_token_ids:
+            dropped["no_token_ids"] += 1
+            continue
+        if call.completion_logprobs is None or len(call.completion_logprobs) != len(call.completion_token_ids):
+            dropped["no_logprobs"] += 1
+            continue
+        if kept and list(kept[-1].prompt_token_ids) == list(call.prompt_token_ids):
+            dropped["retried_prompts"] += 1
+            kept[-1] = call
+            continue
+        kept.append(call)
+    return kept
+
+
+def call_temperature(call: Any) -> float:
+    t = (call.sampling or {}).get("temperature")
+    return 1.0 if t is None else float(t)  # vLLM samples at 1.0 when none is sent
+
+
+def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: str = "strict") -> RowReport:
+    """Rows of one episode from its calls (seq order). See the module docstring for the rules."""
+    if merge not in MERGE_RULES:
+        raise ValueError(f"unknown merge rule {merge!r}; expected one of {', '.join(MERGE_RULES)}")
+    report = RowReport()
+    row: Row | None = None
+    rows: list[Row] = []
+    prev = None
+    for call in usable_calls(calls, report.dropped):
+        prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
+        joined = None
+        if row is not None:
+            joined = _join(row, prev, prompt, merge, ctx)
+            if joined is None:
+                reason = classify_break(list(prev.prompt_token_ids) + list(prev.completion_token_ids), prompt,
+                                        ctx, len(prev.prompt_token_ids))
+                report.breaks[reason] += 1
+                report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": reason})
+            elif call_temperature(call) != row.temperature:
+                joined = None  # one row trains at one temperature
+                report.dropped["temperature_splits"] += 1
+            elif ctx.max_tokens is not None and row.length + len(joined[0]) + len(comp) > ctx.max_tokens:
+                joined = None  # start afresh rather than grow a row past the limit
+                report.dropped["length_splits"] += 1
+        if joined is None:
+            row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=call_temperature(call))
+            rows.append(row)
+        else:
+            gap, rule = joined
+            row.completion_ids += gap
+            row.mask += [0] * len(gap)
+            row.logprobs += [0.0] * len(gap)
+            if rule == "splice":
+                row.merge = "splice"
+        row.completion_ids += comp
+        row.mask += [1] * len(comp)
+        row.logprobs += [float(x) for x in call.completion_logprobs]
+        row.call_ids.append(call.id)
+        prev = call
+    for r in rows:
+        if ctx.max_tokens is not None and r.length > ctx.max_tokens:
+            report.dropped["over_long_rows"] += 1
+            report.dropped["over_long_calls"] += len(r.call_ids)
+            continue
+        report.rows.append(r)
+        report.calls += len(r.call_ids)
+    return report
+
+
+def _join(row: Row, prev: Any, prompt: list[int], merge: str, ctx: RowContext) -> tuple[list[int], str] | None:
+    """The gap to append so the row continues with `prompt`'s reply, and the rule used; None = no merge."""
+    seen = list(prev.prompt_token_ids) + list(prev.completion_token_ids)
+    if prompt[: len(seen)] == seen:
+        return prompt[len(seen):], "strict"
+    if merge != "splice":
+        return None
+    p = list(prev.prompt_token_ids)
+    if prompt[: len(p)] != p or not ctx.eot_ids:
+        return None
+    if not prev.completion_token_ids or prev.completion_token_ids[-1] not in ctx.eot_ids:
+        return None  # the reply did not end its turn (cut by length): no turn boundary to splice at
+    for i in range(len(p), len(prompt)):
+        if prompt[i] in ctx.eot_ids:
+            return prompt[i + 1:], "splice"
+    return None
+
+
+def classify_break(seen: list[int], prompt: list[int], ctx: RowContext, prompt_len: int) -> str:
+    """Why call n+1's prompt does not continue call n's prompt + completion (`seen`).
+
+    retokenised: the same text, different ids (e.g. a reply decoded and encoded again).
+    template:    the text differs only in special tokens, whitespace or thinking blocks the template drops.
+    edited:      the content changed: a message dropped (a reply without a tool call removed from history),
+                 compaction, an injected reminder.
+    other:       the ids cannot be compared as text (no tokenizer at hand).
+    """
+    if ctx.decode is None:
+        return "other"
+    text_seen, text_next = ctx.decode(seen), ctx.decode(prompt)
+    if text_next.startswith(text_seen):
+        return "retokenised"
+    if _normalise(text_next, ctx).startswith(_normalise(text_seen, ctx)):
+        return "template"
+    return "edited"
+
+
+def _normalise(text: str, ctx: RowContext) -> str:
+    text = _THINKING.sub("", text)
+    for special in ctx.special_tokens:
+        text = text.replace(special, " ")
+    return _SPACE.sub("", text)

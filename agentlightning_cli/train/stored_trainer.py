@@ -1,0 +1,103 @@
+"""StoredGRPOTrainer: GRPOTrainer fed with stored rows instead of generations. Imports TRL at module level, so
+only grpo.train() imports this module. See grpo.py for why the two overrides exist."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.grpo_trainer import RepeatSampler
+from trl.trainer.utils import pad
+
+from agentlightning_cli.train.grpo import importance_weights
+
+
+class StoredGRPOTrainer(GRPOTrainer):
+    """Trains on rows carrying prompt_ids, completion_ids, mask (1 = sampled), logprobs (vLLM's) and advantage."""
+
+    is_mode = "token_truncate"
+    is_cap = 3.0
+
+    def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
+        # Each row once per epoch: groups are ours (advantages precomputed), so no repeating a prompt
+        # num_generations times. The block is still handed out steps_per_generation times (TRL buffers it).
+        return RepeatSampler(data_source=dataset if dataset is not None else self.train_dataset,
+                             mini_repeat_count=1, batch_size=self.args.generation_batch_size,
+                             repeat_count=self.num_iterations * self.args.steps_per_generation,
+                             shuffle=True, seed=self.args.seed)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        device = self.accelerator.device
+        pad_id = self.processing_class.pad_token_id or 0
+
+        def tensors(key: str, dtype: torch.dtype) -> list[torch.Tensor]:
+            return [torch.tensor(x[key], dtype=dtype, device=device) for x in inputs]
+
+        prompts = tensors("prompt_ids", torch.long)
+        completions = tensors("completion_ids", torch.long)
+        prompt_ids = pad(prompts, padding_value=pad_id, padding_side="left")
+        prompt_mask = pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left")
+        completion_ids = pad(completions, padding_value=pad_id, padding_side="right")
+        # completion_mask is attention (gaps are attended); tool_mask is the loss mask (gaps not trained)
+        completion_mask = pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right")
+        tool_mask = pad(tensors("mask", torch.long), padding_value=0, padding_side="right")
+        vllm_logps = pad(tensors("logprobs", torch.float32), padding_value=0.0, padding_side="right")
+        loss_mask = completion_mask * tool_mask
+        num_items_in_batch = self.accelerator.gather(loss_mask.sum()).sum()
+
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            old_logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size)
+        rho = importance_weights(old_logps, vllm_logps, loss_mask.to(old_logps.dtype), self.is_mode, self.is_cap)
+        advantage = torch.tensor([x["advantage"] for x in inputs], dtype=old_logps.dtype, device=device)
+
+        real = [x for x in inputs if x["calls"] > 0]  # padding rows have no calls
+        rewards = torch.tensor([x["reward"] for x in real] or [0.0])
+        metrics = self._metrics["train"]
+        metrics["reward"].append(rewards.mean().item())
+        metrics["reward_std"].append(rewards.std().item() if len(real) > 1 else 0.0)
+        metrics["rows"].append(float(len(real)))
+        metrics["merged_calls"].append(float(sum(x["calls"] for x in real)))
+        metrics["tokens"].append(float(prompt_mask.sum().item() + completion_mask.sum().item()))
+        trained = loss_mask.bool()
+        if trained.any():
+            metrics["importance/mean"].append(rho[trained].mean().item())
+            metrics["importance/min"].append(rho[trained].min().item())
+            diff = (old_logps - vllm_logps).abs()[trained]
+            metrics["sampling_logp_difference/mean"].append(diff.mean().item())
+        return {
+            "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids, "completion_mask": completion_mask, "tool_mask": tool_mask,
+            # (B, T): the episode's advantage x its row weight x the truncated importance weight, per token
+            "advantages": advantage[:, None] * rho,
+            "old_per_token_logps": old_logps, "num_items_in_batch": num_items_in_batch,
+        }
+
+
+class StepLog(TrainerCallback):
+    """Collects each logged optimizer step (loss, grad norm, TRL's metrics and ours) for the store."""
+
+    def __init__(self, on_step: Callable[[dict[str, Any]], None] | None = None):
+        self.steps: list[dict[str, Any]] = []
+        self.on_step = on_step
+        self._last = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 - transformers' signature
+        if not logs or "loss" not in logs:
+            return
+        now = time.perf_counter()
+        entry = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
+        entry["step"], entry["seconds"] = state.global_step, now - self._last
+        if entry.get("tokens") and entry["seconds"] > 0:
+            entry["tokens_per_s"] = entry["tokens"] / entry["seconds"]  # one generation batch per optimizer step
+        self._last = now
+        self.steps.append(entry)
+        if self.on_step is not None:
+            self.on_step(entry)
