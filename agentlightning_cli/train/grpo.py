@@ -155,16 +155,3 @@ def pad_rows(rows: list[Any], multiple: int, pad_id: int) -> list[Any]:
     while len(out) % multiple:
         out.append(Row(episode_id="", prompt_ids=[pad_id], completion_ids=[pad_id], mask=[0], logprobs=[0.0]))
     return out
-
-
-def importance_weights(trainer_logps: Any, vllm_logps: Any, mask: Any, mode: str, cap: float) -> Any:
-    """exp(logp_trainer - logp_vllm), truncated at `cap`; 1 where masked. Per token, or one per sequence."""
-    import torch
-
-    diff = torch.nan_to_num((trainer_logps - vllm_logps) * mask, nan=0.0)
-    if mode == "none":
-        return torch.ones_like(diff)
-    if mode == "sequence_truncate":
-        diff = diff.sum(-1, keepdim=True).expand_as(diff)
-    return torch.clamp(torch.exp(diff), max=cap) * mask + (1 - mask)
-

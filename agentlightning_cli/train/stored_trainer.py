@@ -14,7 +14,16 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.grpo_trainer import RepeatSampler
 from trl.trainer.utils import pad
 
-from agentlightning_cli.train.grpo import importance_weights
+
+
+def importance_weights(trainer_logps: Any, vllm_logps: Any, mask: Any, mode: str, cap: float) -> Any:
+    """exp(logp_trainer - logp_vllm), truncated at `cap`; 1 where masked. Per token, or one per sequence."""
+    diff = torch.nan_to_num((trainer_logps - vllm_logps) * mask, nan=0.0)
+    if mode == "none":
+        return torch.ones_like(diff)
+    if mode == "sequence_truncate":
+        diff = diff.sum(-1, keepdim=True).expand_as(diff)
+    return torch.clamp(torch.exp(diff), max=cap) * mask + (1 - mask)
 
 
 class StoredGRPOTrainer(GRPOTrainer):
