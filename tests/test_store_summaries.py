@@ -82,3 +82,35 @@ def test_data_version_changes_when_another_connection_commits(tmp_path: Path):
         thread.start()
         thread.join()
         assert seen[0].name == "x"
+
+
+def test_m004_backfills_completion_len_of_calls_written_before_it(tmp_path: Path, monkeypatch):
+    from agentlightning_cli.store import calls as call_rows
+    from agentlightning_cli.store import migrations
+
+    encode = call_rows.encode_call
+
+    def encode_without_completion_len(*args, **kwargs):  # what an alight before m004 wrote
+        row, ids, bases = encode(*args, **kwargs)
+        del row["completion_len"]
+        return row, ids, bases
+
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < "m004"])
+        patch.setattr(call_rows, "encode_call", encode_without_completion_len)
+        with Store.open(tmp_path) as store:
+            ep = store.create_episode(None, None, None, 0, None, "k")
+            store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", STEPS))
+    with Store.open(tmp_path) as store:  # applies m004
+        calls = store.get_calls(ep.id)
+        assert [s.completion_len for s in store.call_summaries(ep.id)] == [
+            None if c.completion_token_ids is None else len(c.completion_token_ids) for c in calls]
+        assert store.episode_summaries()[0].completion_tokens == sum(len(c.completion_token_ids or []) for c in calls)
+
+
+def test_episode_list_reads_the_covering_index_not_the_call_rows(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        plan = store._conn().execute("EXPLAIN QUERY PLAN SELECT episode_id, COUNT(*), SUM(status != 'ok'),"
+                                     " SUM(prompt_len), SUM(completion_len), MIN(started_at), MAX(ended_at)"
+                                     " FROM calls GROUP BY episode_id").fetchall()
+        assert any("COVERING INDEX calls_summary" in row[-1] for row in plan), plan

@@ -135,6 +135,7 @@ def _encode_body(kind: str, raw: bytes, base: BodyBase | None, policy: KeyframeP
 def _encode_ids(record: CallRecord, recent_ids: list[tuple[int, bytes]], row: dict[str, Any]) -> bytes | None:
     completion = None if record.completion_token_ids is None else codec.pack_ids(record.completion_token_ids)
     row["completion_ids"] = completion
+    row["completion_len"] = None if completion is None else len(completion) // 4  # m004: lists read this column
     logprobs = record.completion_logprobs
     row["completion_logprobs"] = None if logprobs is None else codec.pack_floats(logprobs)
     if record.prompt_token_ids is None:

@@ -164,6 +164,20 @@ CREATE TABLE train_rounds (
 );
 """
 
+# Browsing (`alight inspect list`, the episode table) sums calls, failures and tokens per episode. Those
+# columns sit after the bodies in a calls row, so reading them walked every row's overflow pages: ~4 µs a
+# call, 1 s for 200,000 calls. A covering index holds them in ~60 bytes per call (~10x faster to scan);
+# completion_len is new because an index cannot hold length(completion_ids) as a readable value here
+# (SQLite < 3.41 does not read expression indexes as covering). The writer fills it (store/calls.py).
+M004_CALL_SUMMARY_INDEX = """
+ALTER TABLE calls ADD COLUMN completion_len INTEGER /* sampled tokens: length of completion_ids, NULL if unknown */;
+UPDATE calls SET completion_len = length(completion_ids) / 4 WHERE completion_ids IS NOT NULL;
+CREATE INDEX calls_summary ON calls (
+  -- Lists read per-episode counts, failures, token totals and times from this index alone.
+  episode_id, status, prompt_len, completion_len, started_at, ended_at
+);
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
@@ -171,6 +185,8 @@ MIGRATIONS: list[tuple[str, str, str]] = [
      " suffix with the base body + the new middle bytes), which older alight versions cannot read",
      M002_SPLICE_BODIES),
     ("m003_training", "per-step training metrics and per-round training summaries", M003_TRAINING),
+    ("m004_call_summary_index", "calls.completion_len and a covering index, so episode lists with call counts"
+     " and token totals read no call bodies", M004_CALL_SUMMARY_INDEX),
 ]
 
 _LEDGER = """

@@ -2,7 +2,7 @@
 
 Kept beside store.py (which mixes these methods in). A list of 10,000 episodes with their call counts and token
 totals, or an episode's calls without their bodies, come from one query each: sizes are read from the row
-(`prompt_len`, `length(completion_ids)`), so nothing is decompressed until one call is opened.
+and a covering index (migration m004), so nothing is decompressed until one call is opened.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from agentlightning_cli.store.models import Episode
 _EPISODE_COLUMNS = ", ".join(f"e.{name}" for name in Episode.__dataclass_fields__)
 _CALL_STATS = """
 SELECT episode_id, COUNT(*) AS calls, SUM(status != 'ok') AS failed_calls,
-       SUM(COALESCE(prompt_len, 0)) AS prompt_tokens, SUM(COALESCE(length(completion_ids), 0)) / 4 AS completion_tokens,
+       SUM(COALESCE(prompt_len, 0)) AS prompt_tokens, SUM(COALESCE(completion_len, 0)) AS completion_tokens,
        MIN(started_at) AS first_call_at, MAX(ended_at) AS last_call_at
 FROM calls {where} GROUP BY episode_id
 """
 _CALL_SUMMARY_COLUMNS = (
     "id, episode_id, seq, protocol, method, path, status, http_status, stream, client_model, model, finish_reason,"
     " usage, sampling, dropped, started_at, first_byte_at, ended_at, error, prompt_len,"
-    " length(completion_ids) / 4 AS completion_len, prompt_base_seq, prompt_prefix_len, client_request_size,"
+    " completion_len, prompt_base_seq, prompt_prefix_len, client_request_size,"
     " response_size"
 )
 
