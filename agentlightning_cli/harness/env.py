@@ -4,6 +4,7 @@ recipe renders with. Imports only harness/recipe.py of the harness package."""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,12 @@ class EpisodeSpec:
     max_turns: int | None = None
     timeout_s: float | None = None
     model: str | None = None
+    sandbox: str | None = None
+    """"bwrap" or "none"; None: the `sandbox` setting (default bwrap)."""
+    limits: Any = None
+    """config.EpisodeLimits; None: the `episode_limits` setting."""
+    proxy_socket: str | None = None
+    """The proxy's Unix socket (Proxy.unix_path); None: a relay to base_url's port is made for the episode."""
 
 
 def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -55,7 +62,20 @@ def episode_context(recipe: Recipe, installed: "Installed", spec: EpisodeSpec, e
         "install_dir": str(installed.dir), "bin_dir": str(installed.bin_dir), "executable": str(installed.executable),
         "is_root": os.geteuid() == 0,
         "max_turns": spec.max_turns if spec.max_turns is not None else (recipe.max_turns or 0),
-        "timeout_s": spec.timeout_s or recipe.timeout_s,
+        "timeout_s": spec.timeout_s or recipe.timeout_s, "recipe_dir": str(recipe.recipe_dir),
     }
+
+
+def resolve_program(program: str, recipe_dir: Path, workspace: Path | None = None, path: str | None = None) -> str | None:
+    """Where an external recipe's program is: an absolute path as is; a path with a slash relative to the recipe
+    file's folder, then the workspace; a bare name on PATH (`path`, default the current PATH). None: not found."""
+    if os.path.isabs(program):
+        return program if os.access(program, os.X_OK) else None
+    if "/" in program:
+        for base in (recipe_dir, workspace):
+            if base is not None and os.access(Path(base) / program, os.X_OK):
+                return str((Path(base) / program).resolve())
+        return None
+    return shutil.which(program, path=path)
 
 

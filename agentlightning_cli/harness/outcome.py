@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from agentlightning_cli.harness.recipe import Lenient, OutcomeRules, Recipe
 
-Status = Literal["finished", "harness_error", "timeout", "budget_exceeded", "no_calls"]
+Status = Literal["finished", "harness_error", "timeout", "budget_exceeded", "no_calls", "resource_limit"]
 
 
 @dataclass

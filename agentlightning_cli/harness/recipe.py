@@ -1,6 +1,8 @@
 """Harness recipes: validated YAML data that says how to install, configure, run and judge one harness.
 
 A recipe is found by name (the shipped `harness_recipes/*.yaml`) or by path (`--harness ./my-recipe.yaml`).
+Without `install`, a recipe describes a harness that is already there (external): its command is a program on
+PATH, an absolute path, or a path relative to the recipe file or the workspace (resolved per episode, env.py).
 Every template is rendered with jinja2's StrictUndefined and checked at load time against a full dummy
 context, so a misspelt variable fails when the recipe loads, naming the file and the key, not mid-rollout.
 """
@@ -8,15 +10,19 @@ context, so a misspelt variable fails when the recipe loads, naming the file and
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.masking import looks_like_secret, mask, masked_env
+from agentlightning_cli.yaml_files import read_yaml
+
+log = logging.getLogger("alight.recipe")
 
 Protocol = Literal["openai-chat", "anthropic-messages", "openai-responses"]
 
@@ -77,13 +83,19 @@ class Stop(_Strict):
         return value
 
 
+class SandboxRules(_Strict):
+    read_only: list[str] = Field(default_factory=list)
+    """Extra host paths the harness may read inside the sandbox (a recipe's choice; task sets have no say)."""
+
+
 class Recipe(_Strict):
     name: str
     description: str
     protocol: Protocol
-    install: Install
-    check: list[str]
-    """A quick command proving the install works (e.g. `--version`)."""
+    install: Install | None = None
+    """How alight installs the harness; None: the harness is already there (external, see `command`)."""
+    check: list[str] = Field(default_factory=list)
+    """A quick command proving the install works (e.g. `--version`); empty: no check."""
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
@@ -98,11 +110,33 @@ class Recipe(_Strict):
     timeout_s: float = 1800.0
     outcome: OutcomeRules = Field(default_factory=OutcomeRules)
     stop: Stop = Field(default_factory=Stop)
+    sandbox: SandboxRules = Field(default_factory=SandboxRules)
     source: str = Field(default="", exclude=True)
     """Where the recipe was loaded from (set by the loader)."""
 
     def render(self, template: str, context: dict[str, Any]) -> str:
         return _ENV.from_string(template).render(context)
+
+    @property
+    def external(self) -> bool:
+        """No `install`: alight runs a program that is already there and installs nothing."""
+        return self.install is None
+
+    @property
+    def recipe_dir(self) -> Path:
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def literal_secrets(self) -> list[str]:
+        """Names of `env` entries whose literal value looks like a key or token (templates are fine)."""
+        return [name for name, value in self.env.items() if looks_like_secret(value)]
+
+    def shown_env(self) -> dict[str, str]:
+        """`env` as alight prints or records it: secret-looking literals masked."""
+        return masked_env(self.env)
+
+    @field_serializer("env")
+    def _mask_env(self, env: dict[str, str]) -> dict[str, str]:
+        return masked_env(env)  # every dump of a recipe (JSON output, records) masks literal secrets
 
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
@@ -149,7 +183,7 @@ def dummy_context() -> dict[str, Any]:
         "home": "/tmp/ep/home", "tmpdir": "/tmp/alight-x", "base_url": "http://127.0.0.1:1/e/ep-dummy/v1",
         "api_key": "key", "model": "policy", "install_dir": "/tmp/h", "bin_dir": "/tmp/h/bin",
         "executable": "/tmp/h/bin/x", "is_root": True, "max_turns": 10, "timeout_s": 60.0,
-        "prompt_file": "/tmp/ep/prompt.txt",
+        "prompt_file": "/tmp/ep/prompt.txt", "recipe_dir": "/tmp/recipes",
     }
 
 
@@ -191,12 +225,7 @@ def available() -> dict[str, Path]:
 
 
 def load_path(path: Path) -> Recipe:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AlightError(f"cannot read recipe {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise AlightError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path)  # bad syntax and duplicate keys are errors naming the file and line(s)
     if not isinstance(data, dict):
         raise AlightError(f"{path}: a recipe is a mapping of keys at the top level")
     try:
@@ -211,6 +240,10 @@ def load_path(path: Path) -> Recipe:
         raise AlightError(f"{path}: key '{key}': {err['msg']}") from exc
     recipe.source = str(path)
     _check_templates(recipe, str(path))
+    for name in recipe.literal_secrets():
+        log.warning("%s: env.%s holds a literal value that looks like a secret (%s); it is masked in output, but "
+                    "keep keys out of recipe files (alight hands each episode its own key as {{ api_key }})",
+                    path, name, mask(recipe.env[name]))
     return recipe
 
 

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentlightning_cli import process
-from agentlightning_cli.harness.env import EpisodeSpec, episode_context, harness_env
+from agentlightning_cli.harness.env import EpisodeSpec, episode_context, harness_env, resolve_program
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.outcome import EpisodeOutcome, judge, load_report
 from agentlightning_cli.harness.recipe import Recipe
+from agentlightning_cli.harness.sandboxed import open_box
 
 CallCounter = Callable[[str], "tuple[int, float | None]"]
 """episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
@@ -88,7 +89,9 @@ class HarnessEpisode:
             path.write_text(recipe.render(content_t, ctx), encoding="utf-8")
             path.chmod(0o600)  # holds the episode key
         env = harness_env()
-        env.update({"HOME": ctx["home"], "PATH": f"{ctx['bin_dir']}{os.pathsep}{env.get('PATH', '')}"})
+        env["HOME"] = ctx["home"]
+        if not self.installed.external:
+            env["PATH"] = f"{ctx['bin_dir']}{os.pathsep}{env.get('PATH', '')}"
         env[process.MARKER_VAR] = self.marker  # inherited by everything the harness starts; see process.py
         for name, template in recipe.env.items():
             value = recipe.render(template, ctx)
@@ -97,7 +100,10 @@ class HarnessEpisode:
             else:  # a template that renders empty means "leave unset" (e.g. IS_SANDBOX only as root)
                 env.pop(name, None)
         stdin = recipe.render(recipe.stdin, ctx) if recipe.stdin is not None else None
-        return [recipe.render(part, ctx) for part in recipe.command], env, stdin
+        argv = [recipe.render(part, ctx) for part in recipe.command]
+        if self.installed.external:  # on PATH, absolute, or relative to the recipe file or the workspace
+            argv[0] = resolve_program(argv[0], recipe.recipe_dir, self.spec.workspace, env.get("PATH")) or argv[0]
+        return argv, env, stdin
 
     async def run(self) -> EpisodeOutcome:
         self._loop = asyncio.get_running_loop()
@@ -111,9 +117,15 @@ class HarnessEpisode:
         stderr_path = self.log_dir / f"{spec.episode_id}.stderr"
         try:
             argv, env, stdin_path = self._prepare(ctx)
+            # The sandbox (default) hides everything but the workspace, the episode folder and the proxy.
+            boxed = await open_box(recipe, self.installed, spec, self.episode_dir, tmpdir)
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise
+        start_kwargs: dict[str, Any] = {}
+        if boxed is not None:
+            argv = boxed.box.command(argv, Path(spec.workspace))
+            start_kwargs = boxed.box.popen_kwargs()
         timeout = float(ctx["timeout_s"])
         started = time.time()
         timed_out = False
@@ -124,11 +136,13 @@ class HarnessEpisode:
                     # stdin to the prompt.
                     with open(stdin_path or os.devnull, "rb") as stdin:
                         proc = await process.start_async(argv, cwd=str(spec.workspace), env=env, stdin=stdin,
-                                                         stdout=out, stderr=err)
+                                                         stdout=out, stderr=err, **start_kwargs)
                 except OSError as exc:
                     return EpisodeOutcome("harness_error", reason=f"cannot start {argv[0]}: {exc.strerror or exc}",
                                    stdout_path=str(stdout_path), stderr_path=str(stderr_path))
             self.pid = proc.pid
+            if boxed is not None:
+                boxed.box.started(proc.pid)
             exited = asyncio.ensure_future(proc.wait())
             stopper = asyncio.ensure_future(self._stop.wait())
             await asyncio.wait({exited, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -142,12 +156,19 @@ class HarnessEpisode:
             # Anything the episode left (a backgrounded tool command, a command in its own session, a
             # daemon) dies with it.
             leftovers = await asyncio.to_thread(process.kill_leftovers, self.pid, self.marker) if self.pid else []
+            if boxed is not None:
+                if self.pid is not None:
+                    boxed.box.exit_limit(proc.returncode)
+                await boxed.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
         ended = time.time()
         outcome = EpisodeOutcome("finished", exit_code=exit_code, wall_s=round(ended - started, 3),
                           stdout_path=str(stdout_path), stderr_path=str(stderr_path))
         if leftovers:
             outcome.detail["leftover_processes_killed"] = len(leftovers)
+        outcome.detail["sandbox"] = "none" if boxed is None else {"mode": "bwrap", "peak": boxed.box.peak}
+        if boxed is not None and boxed.box.limit is not None:
+            self._stop_status, self._stop_reason = "resource_limit", boxed.box.breach
         outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
         outcome.first_call_s = round(first - started, 3) if first is not None else None
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
