@@ -36,6 +36,8 @@ class RunOptions:
     tasks: list[str] = field(default_factory=list)
     rounds: int = 1
     swebench_mirror: Path | None = None
+    setup_timeout_s: float = 900.0
+    reward_timeout_s: float = 600.0
 
     def snapshot(self) -> dict[str, Any]:
         return json.loads(json.dumps({k: v for k, v in self.__dict__.items()}, default=str))
@@ -46,7 +48,8 @@ def check_numbers(opts: RunOptions) -> None:
                              ("--rounds", opts.rounds, 1)):
         if value < low:
             raise AlightError(f"{name} must be at least {low}, got {value}")
-    for name, value in (("--timeout", opts.timeout_s), ("--max-calls", opts.max_calls), ("--max-tokens", opts.max_tokens)):
+    for name, value in (("--timeout", opts.timeout_s), ("--max-calls", opts.max_calls), ("--max-tokens", opts.max_tokens),
+                        ("--setup-timeout", opts.setup_timeout_s), ("--reward-timeout", opts.reward_timeout_s)):
         if value is not None and value <= 0:
             raise AlightError(f"{name} must be positive, got {value:g}")
     if opts.model is not None and opts.upstream is not None:

@@ -1,6 +1,6 @@
 """`alight run --upstream URL`: probe the server once before the run, so its answers can be planned for.
 
-Asks GET /v1/models for the model to use, then one tiny chat completion with `return_token_ids` and
+Asks GET /v1/models for the model to use (proxy/probe.py), then one tiny chat completion with `return_token_ids` and
 `logprobs`. A server that rejects those (hosted OpenAI-compatible APIs answer 400) still works, but the proxy
 stops asking for them, calls are recorded without ids, and the summary says the run cannot be trained on.
 """
@@ -25,11 +25,6 @@ class Probe:
     why: str | None = None
 
 
-def _root(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
 def _request(method: str, url: str, body: dict | None = None) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -42,19 +37,12 @@ def _request(method: str, url: str, body: dict | None = None) -> tuple[int, str]
 
 
 def probe_upstream(url: str) -> Probe:
-    root = _root(url)
-    try:
-        status, text = _request("GET", f"{root}/v1/models")
-    except (urllib.error.URLError, OSError) as exc:
-        raise AlightError(f"--upstream {url} is unreachable: {getattr(exc, 'reason', exc)}",
-                          "start the server first, or check the host and port") from None
-    try:
-        models = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
-    except (ValueError, KeyError, TypeError):
-        models = []
-    if not models:
-        raise AlightError(f"--upstream {url} is not an OpenAI-compatible server: GET /v1/models answered {status} "
-                          f"{text[:200]!r}", "pass the server's root URL or its /v1 base URL")
+    from agentlightning_cli.proxy.probe import probe_upstream as list_models
+
+    info = list_models(url)  # AlightError when unreachable or not OpenAI-compatible
+    if not info.models:
+        raise AlightError(f"--upstream {url} lists no models (GET /v1/models)", "load a model on the server first")
+    root, models = info.root_url, info.models
     model = models[0]
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
             "return_token_ids": True, "logprobs": True}
