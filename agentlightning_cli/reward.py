@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.sandbox.choice import task_shell_spec
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import ShellResult, run_shell
 from agentlightning_cli.tasks.workspace import task_env
@@ -36,11 +38,13 @@ class RewardResult:
         return asdict(self)
 
 
-def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0) -> RewardResult:
+def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0, *, sandbox: str | None = None,
+               limits: EpisodeLimits | None = None) -> RewardResult:
     """Run task.reward with `bash -c` in workspace (own process group, killed as a group on timeout).
 
     The command sees TASK_ID and TASK_WORKSPACE; for SWE-bench tasks also TASK_TESTS_FILE, a JSON file outside
-    the workspace listing FAIL_TO_PASS and PASS_TO_PASS.
+    the workspace listing FAIL_TO_PASS and PASS_TO_PASS. It runs in the same kind of sandbox as the agent
+    (`sandbox`, None: the setting), without network: it executes code the agent may have written.
     """
     workspace = Path(workspace).absolute()
     env = task_env(task, workspace)
@@ -51,7 +55,8 @@ def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0) -> 
             tests_file.write_text(json.dumps(tests), encoding="utf-8")
             env["TASK_TESTS_FILE"] = str(tests_file)
         try:
-            result = run_shell(task.reward, workspace, timeout_s, env=env)
+            box = task_shell_spec(workspace, network=False, mode=sandbox, limits=limits, read_only=[Path(tmp)])
+            result = run_shell(task.reward, workspace, timeout_s, env=env, sandbox=box)
         except OSError as exc:  # a missing workspace or bash: a scoring failure, not a crash of the round
             error = f"reward command could not start in {workspace}: {exc}"
             return RewardResult(0.0, {"error": error}, error=error)
@@ -64,6 +69,9 @@ def score(res: ShellResult, timeout_s: float | None = None) -> RewardResult:
         exit_code=res.exit_code, stdout_tail=res.stdout_tail, stderr_tail=res.stderr_tail,
         duration_s=round(res.duration_s, 3),
     )  # fmt: skip
+    if res.resource_limit is not None:
+        error = f"reward command ended at a sandbox limit: {res.resource_limit}"
+        return RewardResult(0.0, {"resource_limit": res.resource_limit, "error": error}, error=error, **common)
     if res.timed_out:
         error = f"reward command ran past its {timeout_s:g}s limit and was killed"
         return RewardResult(0.0, {"timed_out": True, "error": error}, timed_out=True, error=error, **common)

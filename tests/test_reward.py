@@ -32,10 +32,22 @@ def task_with(tmp_path: Path, reward: str):
     return load_tasks(f)[0]
 
 
-def run(tmp_path: Path, reward: str, timeout_s: float = 30):
+def run(tmp_path: Path, reward: str, timeout_s: float = 30, sandbox: str | None = None):
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    return run_reward(task_with(tmp_path, reward), ws, timeout_s=timeout_s)
+    return run_reward(task_with(tmp_path, reward), ws, timeout_s=timeout_s, sandbox=sandbox)
+
+
+def running_with(arg: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains arg: PIDs inside a sandbox differ from ours."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and arg in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if alive(pid)]
 
 
 @pytest.mark.parametrize(("command", "reward", "code"), [("true", 1.0, 0), ("exit 3", 0.0, 3), ("kill -9 $$", 0.0, -9)])
@@ -74,24 +86,26 @@ def test_non_number_reward_is_an_error_result(tmp_path: Path, value: str) -> Non
     assert result.detail["note"] == "x"
 
 
-def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_timeout_kills_the_process_group(tmp_path: Path, sandbox: str) -> None:
+    marker = f"60.{time.monotonic_ns() % 10**9}"
     # A background grandchild that would outlive a naive kill of the shell alone.
-    command = f"sleep 60 & echo $! > {pid_file}; echo started; wait"
+    command = f"sleep {marker} & echo started; wait"
     started = time.monotonic()
-    result = run(tmp_path, command, timeout_s=1)
+    result = run(tmp_path, command, timeout_s=1, sandbox=sandbox)
     assert time.monotonic() - started < 10
     assert result.reward == 0.0 and result.timed_out and result.exit_code is None
     assert result.detail["timed_out"] is True and "1s limit" in result.error
     assert result.stdout_tail == "started\n"
-    assert not alive(int(pid_file.read_text()))
+    assert running_with(f"sleep {marker}") == []
 
 
-def test_background_leftovers_die_with_a_finished_command(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    result = run(tmp_path, f"(sleep 60 >/dev/null 2>&1 &  echo $! > {pid_file}); true")
-    assert result.reward == 1.0
-    assert not alive(int(pid_file.read_text()))
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_background_leftovers_die_with_a_finished_command(tmp_path: Path, sandbox: str) -> None:
+    marker = f"61.{time.monotonic_ns() % 10**9}"
+    result = run(tmp_path, f"(sleep {marker} >/dev/null 2>&1 & echo $! > bg.pid); true", sandbox=sandbox)
+    assert result.reward == 1.0 and (tmp_path / "ws" / "bg.pid").exists()
+    assert running_with(f"sleep {marker}") == []
 
 
 def test_missing_workspace_is_an_error_result(tmp_path: Path) -> None:

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from agentlightning_cli.config import EpisodeLimits, load_settings
+from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.recipe import Recipe
-from agentlightning_cli.sandbox import Sandbox, SandboxSpec, ensure_available
+from agentlightning_cli.sandbox import Sandbox, SandboxSpec, choice, ensure_available
 from agentlightning_cli.sandbox.paths import runtime_roots
 from agentlightning_cli.sandbox.relay import Relay
 
@@ -39,14 +39,7 @@ class EpisodeBox:
 
 def resolve(spec: EpisodeSpec) -> tuple[str, EpisodeLimits]:
     """The episode's sandbox mode and limits: the spec's own, else the settings (flags, env, files)."""
-    mode, limits = spec.sandbox, spec.limits
-    if mode is None or limits is None:
-        settings = load_settings()
-        mode = mode or settings.sandbox
-        limits = limits or settings.episode_limits
-    if mode not in ("bwrap", "none"):
-        raise AlightError(f"unknown sandbox '{mode}'", "use `bwrap` or `none`")
-    return mode, limits
+    return choice.resolve(spec.sandbox, spec.limits)
 
 
 async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, episode_dir: Path,

@@ -53,6 +53,8 @@ class OwnLine(_Strict):
     repo: str | None = None
     base_commit: str | None = None
     setup: list[str] = Field(default_factory=list)
+    setup_network: bool = False
+    """Setup commands get the host's network (package installs); otherwise they run without one."""
     hidden_files: str | None = None
     timeout_s: Timeout | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

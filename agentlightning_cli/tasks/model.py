@@ -54,6 +54,8 @@ class Task(BaseModel):
     source_file: Path
     source_line: int
     swebench: SwebenchSpec | None = None
+    setup_network: bool = False
+    """Setup commands run in a sandbox with the host's network (reward commands never get one)."""
 
     @property
     def reward_kind(self) -> str:

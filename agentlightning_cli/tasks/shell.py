@@ -6,11 +6,12 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
 from agentlightning_cli import process
+from agentlightning_cli.sandbox import Sandbox, SandboxSpec
 
 TAIL_BYTES = 8192
 # Enough to find a final JSON line even after pages of test output.
@@ -26,6 +27,8 @@ class ShellResult:
     last_stdout_line: str
     duration_s: float
     timed_out: bool
+    resource_limit: str | None = None
+    """Set when the sandbox ended the command at one of its limits: which one, and by how much."""
 
 
 def run_shell(
@@ -34,6 +37,7 @@ def run_shell(
     timeout_s: float | None,
     env: dict[str, str] | None = None,
     kill_grace_s: float = 2.0,
+    sandbox: SandboxSpec | None = None,
 ) -> ShellResult:
     """`bash -c command` in cwd. On timeout the whole process group gets SIGTERM, then SIGKILL after a grace.
 
@@ -41,11 +45,20 @@ def run_shell(
     hang, and a chatty command cannot fill a pipe buffer and stall.
     """
     full_env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    argv, box, start_kwargs = ["bash", "-c", command], None, {}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory(prefix="alight-sh-") as home:
+        if sandbox is not None:
+            # The user's HOME is not visible inside: a private one, and pyenv's shims told where pyenv is.
+            full_env["HOME"] = home
+            full_env.setdefault("PYENV_ROOT", str(Path(os.environ.get("HOME", "/root")) / ".pyenv"))
+            box = Sandbox(replace(sandbox, writable=[*sandbox.writable, Path(home)]))
+            argv, start_kwargs = box.command(argv, Path(cwd)), box.popen_kwargs()
         started = time.monotonic()
         # Its own process group, so a timeout takes its children down with it.
-        proc = process.start(["bash", "-c", command], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=err)
+        proc = process.start(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                             **start_kwargs)
+        if box is not None:
+            box.started(proc.pid)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -56,16 +69,23 @@ def run_shell(
             # Interrupted (Ctrl-C) while waiting: stop it now. Finished: background leftovers die with it;
             # nothing may outlive its step.
             process.stop(proc, 0)
+            if box is not None:
+                box.exit_limit(proc.returncode)
+                box.close()
         duration = time.monotonic() - started
         stdout_tail = _tail(out, TAIL_BYTES)
         last = _tail(out, LAST_LINE_BYTES).rstrip().rsplit("\n", 1)[-1].strip()
+        code = proc.returncode
+        if box is not None and code is not None and 128 < code <= 128 + 64:
+            code = 128 - code  # bubblewrap reports death by signal N as 128 + N, like a shell
         return ShellResult(
-            exit_code=None if timed_out else proc.returncode,
+            exit_code=None if timed_out else code,
             stdout_tail=stdout_tail,
             stderr_tail=_tail(err, TAIL_BYTES),
             last_stdout_line=last,
             duration_s=duration,
             timed_out=timed_out,
+            resource_limit=box.breach if box is not None else None,
         )
 
 

@@ -7,12 +7,14 @@ commits or tags: those could contain the very fix the agent is asked to write.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox.choice import task_shell_spec
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import run_shell
 from agentlightning_cli.tasks.swebench import test_patch_paths
@@ -28,6 +30,7 @@ def prepare_workspace(
     setup_timeout_s: float = 900.0,
     fetch_timeout_s: float = FETCH_TIMEOUT_S,
     fetch_depth: int | None = None,
+    sandbox: str | None = None,
 ) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
@@ -50,10 +53,13 @@ def prepare_workspace(
         _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
     else:
         _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
+    # Setup runs sandboxed like the agent (`sandbox`, None: the setting); network only with setup_network.
+    box = task_shell_spec(dest, network=task.setup_network, mode=sandbox) if task.setup else None
     for i, command in enumerate(task.setup, start=1):
-        res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest))
-        if res.timed_out or res.exit_code != 0:
+        res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest), sandbox=box)
+        if res.timed_out or res.exit_code != 0 or res.resource_limit:
             why = f"ran past {setup_timeout_s:g}s" if res.timed_out else f"exited with {res.exit_code}"
+            why = f"ended at a sandbox limit ({res.resource_limit})" if res.resource_limit else why
             output = (res.stdout_tail[-1500:] + "\n" + res.stderr_tail[-1500:]).strip() or "(no output)"
             raise AlightError(
                 f"task {task.id} ({task.where}): setup command {i} of {len(task.setup)} {why}: {command}\n"
@@ -72,7 +78,7 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
     """After the agent: copy the hidden folder in (overwriting), or reset and apply a SWE-bench test_patch."""
     workspace = Path(workspace)
     if task.hidden_files is not None:
-        shutil.copytree(task.hidden_files, workspace, symlinks=True, dirs_exist_ok=True)
+        copy_over(task.hidden_files, workspace)
     if task.swebench is None:
         return
     # Like SWE-bench's own harness: the test files go back to the base commit first, so an agent that edited
@@ -95,6 +101,35 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
         Path(f.name).unlink(missing_ok=True)
     if proc.returncode != 0:
         raise AlightError(f"task {task.id}: test_patch does not apply in {workspace}: {proc.stderr.strip()[-1500:]}")
+
+
+def copy_over(src: Path, dest: Path) -> None:
+    """Copy the tree src into dest, replacing whatever the agent left at each of its paths.
+
+    The agent had the workspace to itself: a hidden file's path may now be its own edit, a folder, or a symlink
+    pointing out of the workspace (copying through it would write on the host). Each path is removed first
+    and every parent folder on the way is made a real folder, so the copies land in the workspace, verbatim.
+    """
+    src, dest = Path(src), Path(dest)
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        _real_dir(dest, rel)
+        for name in [*files, *(d for d in dirs if (Path(root) / d).is_symlink())]:
+            target = dest / rel / name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.exists():
+                shutil.rmtree(target)
+            shutil.copy2(Path(root) / name, target, follow_symlinks=False)
+
+
+def _real_dir(base: Path, rel: Path) -> None:
+    path = base
+    for part in rel.parts:
+        path = path / part
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+        path.mkdir(exist_ok=True)
 
 
 def _fetch_base(task: Task, dest: Path, timeout_s: float, depth: int | None) -> None:

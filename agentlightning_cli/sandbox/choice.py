@@ -1,0 +1,32 @@
+"""Which sandbox a command runs in: the caller's explicit choice, else the settings (default `bwrap`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentlightning_cli.config import EpisodeLimits, load_settings
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox.bwrap import SandboxSpec
+from agentlightning_cli.sandbox.paths import task_shell_roots
+
+MODES = ("bwrap", "none")
+
+
+def resolve(mode: str | None, limits: EpisodeLimits | None) -> tuple[str, EpisodeLimits]:
+    if mode is None or limits is None:
+        settings = load_settings()
+        mode = mode or settings.sandbox
+        limits = limits or settings.episode_limits
+    if mode not in MODES:
+        raise AlightError(f"unknown sandbox '{mode}'", "use `bwrap` or `none`")
+    return mode, limits
+
+
+def task_shell_spec(workspace: Path, *, network: bool, mode: str | None = None, limits: EpisodeLimits | None = None,
+                    read_only: list[Path] | None = None) -> SandboxSpec | None:
+    """The sandbox for a task's setup or reward command over `workspace`; None for `sandbox: none`."""
+    mode, limits = resolve(mode, limits)
+    if mode == "none":
+        return None
+    return SandboxSpec(writable=[Path(workspace)], read_only=[*task_shell_roots(), *(read_only or [])],
+                       network=network, limits=limits)
