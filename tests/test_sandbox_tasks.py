@@ -1,0 +1,92 @@
+"""Setup and reward commands run in the sandbox over the workspace; hidden files replace the agent's leftovers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.reward import run_reward
+from agentlightning_cli.tasks import load_tasks, prepare_workspace, reveal_hidden_files
+from agentlightning_cli.tasks.load import check_task_file
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.seen = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.seen += 1
+            conn.close()
+
+
+def tasks_file(tmp_path: Path, **fields) -> Path:
+    f = tmp_path / "tasks" / "t.jsonl"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(json.dumps({"id": "t1", "prompt": "p", "reward": "true", **fields}) + "\n")
+    return f
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_setup_gets_the_network_only_when_the_task_says_so(tmp_path: Path, network: bool) -> None:
+    listener = Listener()
+    probe = f"exec 3<>/dev/tcp/127.0.0.1/{listener.port} && echo reached > reached.txt || true"
+    task = load_tasks(tasks_file(tmp_path, setup=[probe], setup_network=network))[0]
+    ws = prepare_workspace(task, tmp_path / "ws", sandbox="bwrap")
+    assert (ws / "reached.txt").exists() is network
+    assert listener.seen == (1 if network else 0)
+    listener.sock.close()
+
+
+def test_setup_network_must_be_a_boolean(tmp_path: Path) -> None:
+    report = check_task_file(tasks_file(tmp_path, setup=["true"], setup_network="yes"))
+    assert any(p.field == "setup_network" for p in report.problems), report.problems
+
+
+def test_reward_sees_the_workspace_but_not_the_task_folder_or_the_network(tmp_path: Path) -> None:
+    secret = tmp_path / "tasks" / "reference_answer.txt"
+    listener = Listener()
+    reward = (f"test -f marker.txt && ! cat {secret} && ! (exec 3<>/dev/tcp/127.0.0.1/{listener.port}) "
+              "&& echo > written_by_reward.txt")
+    task = load_tasks(tasks_file(tmp_path, reward=reward))[0]
+    secret.write_text("42")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "marker.txt").write_text("agent work")
+    assert run_reward(task, ws, timeout_s=30, sandbox="bwrap").reward == 1.0
+    assert (ws / "written_by_reward.txt").exists() and listener.seen == 0
+    # The same command on the host (`none`, an explicit choice) can read the secret: the sandbox is what hid it.
+    assert run_reward(task, ws, timeout_s=30, sandbox="none").reward == 0.0
+    listener.sock.close()
+
+
+def test_hidden_files_overwrite_the_agents_edits_and_never_follow_its_symlinks(tmp_path: Path) -> None:
+    hidden = tmp_path / "tasks" / "hidden"
+    (hidden / "tests").mkdir(parents=True)
+    (hidden / "tests" / "test_it.py").write_text("REAL TEST")
+    (hidden / "conf").mkdir()
+    (hidden / "conf" / "settings.ini").write_text("REAL SETTINGS")
+    task = load_tasks(tasks_file(tmp_path, hidden_files="hidden"))[0]
+    ws = tmp_path / "ws"
+    (ws / "tests").mkdir(parents=True)
+    (ws / "tests" / "test_it.py").write_text("assert True  # the agent's own version")
+    outside = tmp_path / "host-folder"
+    outside.mkdir()
+    (ws / "conf").symlink_to(outside)  # an attempt to make the copy write on the host
+    reveal_hidden_files(task, ws)
+    assert (ws / "tests" / "test_it.py").read_text() == "REAL TEST"
+    assert not (ws / "conf").is_symlink() and (ws / "conf" / "settings.ini").read_text() == "REAL SETTINGS"
+    assert list(outside.iterdir()) == []
