@@ -114,3 +114,14 @@ def test_episode_list_reads_the_covering_index_not_the_call_rows(tmp_path: Path)
                                      " SUM(prompt_len), SUM(completion_len), MIN(started_at), MAX(ended_at)"
                                      " FROM calls GROUP BY episode_id").fetchall()
         assert any("COVERING INDEX calls_summary" in row[-1] for row in plan), plan
+
+
+def test_summaries_by_id(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        eps = [store.create_episode(None, None, f"t{i}", 0, None, f"k{i}") for i in range(3)]
+        calls = store.add_calls(conversation(eps[1].id, "openai-chat", "Fix it.", STEPS[:2]))
+        assert [s.episode.id for s in store.episode_summaries_by_id([eps[2].id, "ep-none", eps[1].id])] == sorted(
+            [eps[1].id, eps[2].id])
+        assert store.episode_summaries_by_id([eps[1].id])[0].calls == 2
+        found = store.call_summaries_by_id([calls[1].id, "call-none", calls[0].id])
+        assert [c.id for c in found] == [calls[0].id, calls[1].id] and found[1].status == "upstream_error"

@@ -88,6 +88,14 @@ class SummaryReads:
             where, args = [*where, "e.run_id = ?"], [*args, run_id]
         if round_id is not None:
             where, args = [*where, "e.round_id = ?"], [*args, round_id]
+        return self._episode_summaries(where, args)
+
+    def episode_summaries_by_id(self, episode_ids: list[str]) -> list[EpisodeSummary]:
+        """The summaries of these episodes (unknown ids are left out), ordered by id."""
+        marks = ", ".join("?" * len(episode_ids))
+        return self._episode_summaries([f"e.id IN ({marks})"], [codec.text_in(i) for i in episode_ids])
+
+    def _episode_summaries(self, where: list[str], args: list) -> list[EpisodeSummary]:
         # Aggregate only the calls of the selected episodes: a round of a big run reads only its own calls.
         sub_where = "" if not where else (
             "WHERE episode_id IN (SELECT e.id FROM episodes e WHERE " + " AND ".join(where) + ")")
@@ -104,6 +112,13 @@ class SummaryReads:
         rows = self._conn().execute(
             f"SELECT {_CALL_SUMMARY_COLUMNS} FROM calls WHERE episode_id = ? ORDER BY seq",
             (codec.text_in(episode_id),))
+        return [_call_summary(row) for row in rows]
+
+    def call_summaries_by_id(self, call_ids: list[str]) -> list[CallSummary]:
+        """The summaries of these calls (unknown ids are left out), in the order of their episodes and seqs."""
+        marks = ", ".join("?" * len(call_ids))
+        rows = self._conn().execute(f"SELECT {_CALL_SUMMARY_COLUMNS} FROM calls WHERE id IN ({marks})"
+                                    " ORDER BY episode_id, seq", [codec.text_in(i) for i in call_ids])
         return [_call_summary(row) for row in rows]
 
     def call_responses(self, episode_id: str) -> dict[int, bytes]:
