@@ -1,0 +1,162 @@
+"""Sandboxed episodes through the harness runner: a recipe whose command is the script agent
+(agentlightning_cli/testing/sandbox_agent.py), the real proxy and store, the scripted upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.harness import recipe as recipes
+from agentlightning_cli.harness.install import layout
+from agentlightning_cli.sandbox.bwrap import forwarder_python
+from agentlightning_cli.testing import sandbox_agent
+from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+
+AGENT = Path(sandbox_agent.__file__)
+PYTHON, _ = forwarder_python()
+
+
+def agent_recipe(tmp_path: Path, **probe) -> tuple[recipes.Recipe, object]:
+    """A recipe (external: nothing to install) running the script agent with `probe` as its instructions."""
+    # base_url and api_key are the episode's: spliced in by jinja at launch.
+    cfg = json.dumps(probe)[:-1] + (", " if probe else "") + \
+        '"base_url": {{ base_url | tojson }}, "api_key": {{ api_key | tojson }}}'
+    data = {
+        "name": "script-agent", "description": "sandbox test agent", "protocol": "openai-chat",
+        "command": [PYTHON, "-I", str(AGENT), cfg],
+        # The agent lives in alight's package folder, which an episode does not see unless a recipe says so.
+        "sandbox": {"read_only": [str(AGENT.parent)]},
+        "stop": {"signal": "SIGTERM", "grace_s": 1},
+    }
+    folder = tmp_path / "recipe"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "script-agent.yaml"
+    path.write_text(yaml.safe_dump(data))
+    recipe = recipes.load(str(path))
+    return recipe, layout(recipe, tmp_path / "home")
+
+
+class LoopbackServer:
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError:
+                return
+            self.seen.append(str(addr))
+            conn.close()
+
+
+def report(spec) -> dict:
+    return json.loads((spec.workspace / "report.json").read_text())
+
+
+async def test_episode_reaches_the_proxy_and_its_workspace_only(tmp_path: Path) -> None:
+    server = LoopbackServer()
+    home_secret = Path.home() / f".alight-episode-probe-{os.getpid()}"
+    home_secret.write_text("user secret")
+    hidden = tmp_path / "taskset" / "hidden" / "tests" / "test_hidden.py"
+    hidden.parent.mkdir(parents=True)
+    hidden.write_text("HIDDEN")
+    try:
+        async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hello."}) as env:
+            other = env.new_episode(agent_recipe(tmp_path)[0], tmp_path / "other-ws")
+            (other.workspace / "work.txt").write_text("other episode")
+            store_db = next((tmp_path / "run").glob("*.db"))
+            probe = {
+                "read": [str(hidden), str(store_db), str(other.workspace / "work.txt"), str(home_secret)],
+                "write": [str(tmp_path / "run" / "planted.txt"), str(Path.home() / "planted.txt"), "/usr/planted"],
+                "connect": [["127.0.0.1", server.port]], "resolve": ["example.com"],
+            }
+            recipe, inst = agent_recipe(tmp_path, **probe)
+            spec = env.new_episode(recipe, tmp_path / "ws", timeout_s=60)
+            outcome = await env.run(recipe, inst, spec)
+            calls = env.store.get_calls(spec.episode_id)
+        assert outcome.status == "finished", (outcome, Path(outcome.stderr_path).read_text()[-2000:])
+        assert outcome.detail["sandbox"]["mode"] == "bwrap"
+        seen = report(spec)
+        assert seen["model"]["ok"] and seen["model"]["value"] == [200, "Hello."]
+        assert len(calls) == 1 and calls[0].status == "ok"
+        assert (spec.workspace / "out.txt").exists()
+        assert seen["home"] == str(tmp_path / "run" / "harness" / spec.episode_id / "home")
+        for path in probe["read"]:
+            assert "FileNotFoundError" in seen["read"][path]["error"], path
+        assert not (tmp_path / "run" / "planted.txt").exists() and not (Path.home() / "planted.txt").exists()
+        assert not seen["write"]["/usr/planted"]["ok"]
+        assert not seen["connect"][f"127.0.0.1:{server.port}"]["ok"] and server.seen == []
+        assert not seen["resolve"]["example.com"]["ok"]
+    finally:
+        home_secret.unlink()
+        server.sock.close()
+
+
+async def test_none_runs_on_the_host_and_is_explicit(tmp_path: Path) -> None:
+    secret = tmp_path / "taskset" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("visible without a sandbox")
+    recipe, inst = agent_recipe(tmp_path, read=[str(secret)])
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", timeout_s=60, sandbox="none")
+        outcome = await env.run(recipe, inst, spec)
+    assert outcome.status == "finished" and outcome.detail["sandbox"] == "none"
+    assert report(spec)["read"][str(secret)] == {"ok": True, "value": "visible without a sandbox"}
+
+
+async def test_fork_bomb_and_memory_hog_end_as_resource_limit_while_another_episode_goes_on(tmp_path: Path) -> None:
+    limits = EpisodeLimits(processes=40, memory_mb=300)
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        bomb, inst = agent_recipe(tmp_path / "b", mode="fork_bomb")
+        hog, _ = agent_recipe(tmp_path / "h", mode="memory_hog")
+        calm, _ = agent_recipe(tmp_path / "c")
+        calm.command = ["bash", "-c", "sleep 2; exec \"$0\" \"$@\"", *calm.command]  # outlives the other two
+        specs = [env.new_episode(r, tmp_path / f"ws-{i}", timeout_s=90, limits=limits)
+                 for i, r in enumerate((bomb, hog, calm))]
+        outcomes = await asyncio.gather(*(env.run(r, inst, s) for r, s in zip((bomb, hog, calm), specs)))
+    assert outcomes[0].status == "resource_limit" and outcomes[0].reason.startswith("processes"), outcomes[0]
+    assert outcomes[1].status == "resource_limit" and outcomes[1].reason.startswith("memory"), outcomes[1]
+    assert outcomes[2].status == "finished", outcomes[2]
+
+
+async def test_after_a_timeout_no_process_of_the_episode_exists(tmp_path: Path) -> None:
+    recipe, inst = agent_recipe(tmp_path, mode="sleep_with_daemon")
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", timeout_s=4)
+        outcome = await env.run(recipe, inst, spec)
+    assert outcome.status == "timeout"
+    assert report(spec)["pid"]  # it ran, then slept (with a daemon in its own session)
+    await asyncio.sleep(0.2)
+    left = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and spec.episode_id.encode() in (entry / "environ").read_bytes():
+                left.append(entry.name)
+        except OSError:
+            continue
+    assert left == []
+
+
+async def test_without_bubblewrap_an_episode_fails_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe, inst = agent_recipe(tmp_path)
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", timeout_s=30)
+        monkeypatch.setenv("PATH", "/nonexistent")  # a machine without bwrap
+        with pytest.raises(AlightError) as err:
+            await env.run(recipe, inst, spec)
+    assert "bubblewrap" in err.value.message and "apt-get install bubblewrap" in err.value.hint
