@@ -187,3 +187,15 @@ def test_without_bubblewrap_the_error_names_the_fix(monkeypatch: pytest.MonkeyPa
 
 def test_this_machine_can_sandbox() -> None:
     assert ensure_available().endswith("bwrap")
+
+
+def test_doctor_says_whether_the_sandbox_works_and_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from agentlightning_cli.doctor import run_checks
+
+    found = {c["name"]: c for c in run_checks()["checks"]}["bubblewrap (sandbox)"]
+    assert found["ok"] and found["version"].startswith("bubblewrap") and "namespaces work" in found["detail"]
+    monkeypatch.setenv("PATH", str(tmp_path))
+    from agentlightning_cli.sandbox.check import sandbox_status
+
+    missing = sandbox_status()
+    assert not missing["ok"] and "apt-get install bubblewrap" in missing["fix"]

@@ -1,0 +1,26 @@
+"""Whether this machine can sandbox episodes (`alight doctor`, and the start of a run): bubblewrap present and
+able to create user, PID and network namespaces, plus whether per-episode pids cgroups are available."""
+
+from __future__ import annotations
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox.bwrap import ensure_available
+from agentlightning_cli.sandbox.limits import PidsCgroup
+
+
+def sandbox_status() -> dict:
+    """{ok, version, detail, fix} for `sandbox: bwrap` on this machine."""
+    try:
+        bwrap = ensure_available()
+    except AlightError as exc:
+        return {"ok": False, "version": None, "detail": exc.message, "fix": exc.hint}
+    import subprocess
+
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() or None
+    cgroup = PidsCgroup.create(1)
+    if cgroup is not None:
+        cgroup.remove()
+    limits = ("process limit enforced by a pids cgroup" if cgroup is not None
+              else "no writable pids cgroup: the process limit is watched, not enforced by the kernel")
+    return {"ok": True, "version": version, "detail": f"{bwrap}: user, PID and network namespaces work; {limits}",
+            "fix": None}
