@@ -16,6 +16,21 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "[install] creating .venv with $python" >&2
   "$python" -m venv .venv
 fi
+# bubblewrap sandboxes every episode (the default `sandbox: bwrap`); install it where it is missing.
+if ! command -v bwrap >/dev/null; then
+  sudo=(); [[ $(id -u) == 0 ]] || sudo=(sudo -n)
+  if command -v apt-get >/dev/null; then
+    echo "[install] bubblewrap (apt-get)" >&2
+    "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq bubblewrap ||
+      echo "[install] WARNING: could not install bubblewrap; install it yourself or use --sandbox none" >&2
+  elif command -v dnf >/dev/null; then
+    echo "[install] bubblewrap (dnf)" >&2
+    "${sudo[@]}" dnf install -y -q bubblewrap ||
+      echo "[install] WARNING: could not install bubblewrap; install it yourself or use --sandbox none" >&2
+  else
+    echo "[install] WARNING: bubblewrap is missing; install it (episodes are sandboxed with it) or use --sandbox none" >&2
+  fi
+fi
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
 echo "[install] pip, torch (CPU)" >&2
 "${pip[@]}" install -q -U pip
