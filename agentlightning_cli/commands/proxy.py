@@ -1,13 +1,16 @@
 """`alight proxy`: the recording proxy alone, in ad-hoc mode, in front of any OpenAI-compatible server, until
-Ctrl-C. The wiring is commands/lifecycle.py; this module adds the upstream check and the banner."""
+Ctrl-C. The wiring is commands/lifecycle.py; this module adds the upstream probe (proxy/probe.py) and the
+banner."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.proxy.probe import check_url, probe_upstream, server_root
 
 BANNER = """\
 alight proxy: recording {base} -> {upstream}
@@ -18,22 +21,20 @@ alight proxy: recording {base} -> {upstream}
   Anthropic Messages        base_url = {base}/e/<episode>
   e.g.  OPENAI_BASE_URL={base}/e/demo-1/v1 OPENAI_API_KEY=any-secret
         ANTHROPIC_BASE_URL={base}/e/demo-1 ANTHROPIC_API_KEY=any-secret
+  upstream serves: {served}
   upstream model: {model}
 Ctrl-C stops."""
 
 
-async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
+async def serve(settings: Any, upstream: str, served: str, store_dir: Path, model: str | None) -> None:
     from agentlightning_cli.store import Store
 
-    if not upstream.startswith(("http://", "https://")):
-        raise AlightError(f"--upstream must be an http:// or https:// URL, got {upstream!r}",
-                          "e.g. --upstream http://127.0.0.1:8000")
     store_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(store_dir)
 
     def text(proxy: Any) -> str:
         return BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
-                             model=model or "whatever each client asks for")
+                             served=served, model=model or "whatever each client asks for")
 
     try:
         await lifecycle.serve_proxy(store, upstream, settings.proxy, name="alight proxy", banner=text,
@@ -43,4 +44,13 @@ async def serve(settings: Any, upstream: str, store_dir: Path, model: str | None
 
 
 def run(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
-    lifecycle.run_loop(serve(settings, upstream, store_dir, model))
+    # Before anything listens, say plainly what is wrong with the upstream, rather than only as a 502 or 404
+    # on every call later. A server that is not up yet is not fatal: the proxy may well start first.
+    check_url(upstream)
+    try:
+        served = probe_upstream(upstream).describe()
+    except AlightError as exc:
+        print(f"alight proxy: warning: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
+              file=sys.stderr, flush=True)
+        served = "unknown (the probe above failed; calls fail until the upstream answers)"
+    lifecycle.run_loop(serve(settings, server_root(upstream), served, store_dir, model))

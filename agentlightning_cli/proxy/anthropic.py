@@ -1,7 +1,8 @@
-"""Anthropic Messages -> vLLM chat completions (request side), count_tokens and Anthropic error shapes.
+"""Anthropic Messages -> vLLM chat completions (request side) and count_tokens.
 
 The reply side (JSON and incremental SSE) lives in `anthropic_reply.py` and is re-exported here, so the server
-uses one module per protocol: `request_to_chat`, `response_from_chat`, `StreamTranslator`, `error_body`.
+uses one module per protocol (the Translator of translators.py): `request_to_chat`, `response_from_chat`,
+`open_stream`; `error_body` (errors.py) is re-exported too.
 
 Translation choices (the client's full request is recorded anyway; `dropped` lists what did not reach vLLM):
 * Text blocks of one message are joined with "\\n"; the `x-anthropic-billing-header` system block (a per
@@ -17,10 +18,13 @@ Translation choices (the client's full request is recorded anyway; `dropped` lis
 from __future__ import annotations
 
 import json
+from typing import Any, Iterator
 
 from .anthropic_reply import StreamTranslator, response_from_chat  # noqa: F401  (re-exported interface)
-from .chat_messages import ChatMessages, copy_sampling
+from .chat_messages import ChatMessages, apply_tool_choice, convert_tools, copy_sampling
+from .chat_messages import note as _note
 from .errors import TranslationError
+from .errors import anthropic_error_body as error_body  # noqa: F401  (re-exported interface)
 
 PROTOCOL = "anthropic-messages"
 
@@ -54,6 +58,10 @@ def request_to_chat(body: dict) -> tuple[dict, dict]:
     return chat, dropped
 
 
+def open_stream(*, client_model: str | None, request: dict) -> StreamTranslator:
+    return StreamTranslator(client_model=client_model, request=request)
+
+
 def count_tokens_request(body: dict) -> dict:
     """A `/v1/messages/count_tokens` body -> the body for vLLM's `/tokenize` (same prompt rendering)."""
     chat, _ = request_to_chat({key: value for key, value in body.items() if key != "stream"})
@@ -64,24 +72,6 @@ def count_tokens_request(body: dict) -> dict:
     if "tools" in chat:
         out["tools"] = chat["tools"]
     return out
-
-
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
-
-
-def error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
-    """Anthropic's error JSON; `param` (the offending field) is folded into the message."""
-    if kind is None:
-        kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    if param:
-        message = f"{param}: {message}"
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _note(dropped: dict, group: str, where: str, value) -> None:
-    dropped.setdefault(group, {})[where] = value
 
 
 def _system_field(system, builder: ChatMessages, dropped: dict) -> None:
@@ -95,25 +85,32 @@ def _system_field(system, builder: ChatMessages, dropped: dict) -> None:
     builder.system(_texts(system, "system", dropped, skip_billing=True))
 
 
-def _texts(blocks: list, path: str, dropped: dict, skip_billing: bool = False) -> str:
-    """Text of a list of content blocks where only text is meaningful (system, tool results)."""
-    texts = []
+def _blocks(blocks: list, path: str, dropped: dict) -> Iterator[tuple[str, object, dict, str | None]]:
+    """(where, type, block, its text for a text block) per content block, checked; `cache_control` noted."""
     for j, block in enumerate(blocks):
         where = f"{path}.{j}"
         if not isinstance(block, dict):
             raise TranslationError("content blocks must be objects", where)
         if "cache_control" in block:
             _note(dropped, "cache_control", where, block["cache_control"])
-        if block.get("type") != "text":
+        kind, text = block.get("type"), None
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise TranslationError("a text block needs a string `text`", f"{where}.text")
+        yield where, kind, block, text
+
+
+def _texts(blocks: list, path: str, dropped: dict, skip_billing: bool = False) -> str:
+    """Text of a list of content blocks where only text is meaningful (system, tool results)."""
+    texts = []
+    for where, _, block, text in _blocks(blocks, path, dropped):
+        if text is None:
             _drop_block(block, where, dropped)
-            continue
-        text = block.get("text")
-        if not isinstance(text, str):
-            raise TranslationError("a text block needs a string `text`", f"{where}.text")
-        if skip_billing and text.startswith(_BILLING_HEADER):
+        elif skip_billing and text.startswith(_BILLING_HEADER):
             dropped["system_billing_header"] = text
-            continue
-        texts.append(text)
+        else:
+            texts.append(text)
     return "\n".join(texts)
 
 
@@ -148,17 +145,8 @@ def _user(content, path: str, builder: ChatMessages, dropped: dict) -> None:
         builder.add({"role": "user", "content": content})
         return
     texts = []
-    for j, block in enumerate(content):
-        where = f"{path}.content.{j}"
-        if not isinstance(block, dict):
-            raise TranslationError("content blocks must be objects", where)
-        if "cache_control" in block:
-            _note(dropped, "cache_control", where, block["cache_control"])
-        kind = block.get("type")
-        if kind == "text":
-            text = block.get("text")
-            if not isinstance(text, str):
-                raise TranslationError("a text block needs a string `text`", f"{where}.text")
+    for where, kind, block, text in _blocks(content, f"{path}.content", dropped):
+        if text is not None:
             texts.append(text)
         elif kind == "tool_result":
             builder.add(_tool_result(block, where, dropped))
@@ -191,17 +179,8 @@ def _assistant(content, path: str, builder: ChatMessages, dropped: dict) -> None
         builder.add({"role": "assistant", "content": content})
         return
     texts, calls = [], []
-    for j, block in enumerate(content):
-        where = f"{path}.content.{j}"
-        if not isinstance(block, dict):
-            raise TranslationError("content blocks must be objects", where)
-        if "cache_control" in block:
-            _note(dropped, "cache_control", where, block["cache_control"])
-        kind = block.get("type")
-        if kind == "text":
-            text = block.get("text")
-            if not isinstance(text, str):
-                raise TranslationError("a text block needs a string `text`", f"{where}.text")
+    for where, kind, block, text in _blocks(content, f"{path}.content", dropped):
+        if text is not None:
             texts.append(text)
         elif kind == "tool_use":
             call_id, name = block.get("id"), block.get("name")
@@ -224,34 +203,29 @@ def _arguments(value) -> str:
 
 
 def _tools(body: dict, chat: dict, dropped: dict) -> None:
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise TranslationError("`tools` must be a list", "tools")
-        converted = []
-        for i, tool in enumerate(tools):
-            where = f"tools.{i}"
-            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-                raise TranslationError("each tool must be an object with a string `name`", where)
-            if "cache_control" in tool:
-                _note(dropped, "cache_control", where, tool["cache_control"])
-            if tool.get("defer_loading"):
-                _note(dropped, "tools", tool["name"], "defer_loading")
-                continue
-            if not isinstance(tool.get("input_schema"), dict) or tool.get("type") not in (None, "custom"):
-                _note(dropped, "tools", tool["name"], f"server tool {tool.get('type')!r}")
-                continue
-            function = {"name": tool["name"]}
-            if tool.get("description") is not None:
-                function["description"] = tool["description"]
-            function["parameters"] = tool["input_schema"]
-            if tool.get("strict") is not None:
-                function["strict"] = tool["strict"]
-            for key in tool.keys() - _TOOL_FIELDS:
-                _note(dropped, "tool_fields", f"{where}.{key}", tool[key])
-            converted.append({"type": "function", "function": function})
-        if converted:
-            chat["tools"] = converted
+    def function_of(i: int, tool: Any) -> dict | None:
+        where = f"tools.{i}"
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise TranslationError("each tool must be an object with a string `name`", where)
+        if "cache_control" in tool:
+            _note(dropped, "cache_control", where, tool["cache_control"])
+        if tool.get("defer_loading"):
+            _note(dropped, "tools", tool["name"], "defer_loading")
+            return None
+        if not isinstance(tool.get("input_schema"), dict) or tool.get("type") not in (None, "custom"):
+            _note(dropped, "tools", tool["name"], f"server tool {tool.get('type')!r}")
+            return None
+        function = {"name": tool["name"]}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        function["parameters"] = tool["input_schema"]
+        if tool.get("strict") is not None:
+            function["strict"] = tool["strict"]
+        for key in tool.keys() - _TOOL_FIELDS:
+            _note(dropped, "tool_fields", f"{where}.{key}", tool[key])
+        return function
+
+    convert_tools(body, chat, function_of)
     choice = body.get("tool_choice")
     if choice is None:
         return
@@ -263,12 +237,7 @@ def _tools(body: dict, chat: dict, dropped: dict) -> None:
         mapped = {"type": "function", "function": {"name": choice["name"]}}
     else:
         mapped = _TOOL_CHOICES[choice["type"]]
-    if "tools" not in chat:
-        if mapped == "none" or mapped == "auto":
-            return  # nothing to choose from; vLLM rejects tool_choice without tools
-        raise TranslationError("`tool_choice` forces a tool call but no usable tools were given", "tool_choice")
-    chat["tool_choice"] = mapped
-    if choice.get("disable_parallel_tool_use"):
+    if apply_tool_choice(chat, mapped, "usable") and choice.get("disable_parallel_tool_use"):
         chat["parallel_tool_calls"] = False
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from .chunk_stream import ChunkStream
 from .sse import encode
 
 _THINKING, _TEXT = -2, -1  # kinds of the open content block; tool calls use their index (>= 0)
@@ -86,7 +87,7 @@ def _message(msg_id, model, content, stop_reason, stop_sequence, input_tokens, o
             "usage": _usage(input_tokens, output_tokens)}
 
 
-class StreamTranslator:
+class StreamTranslator(ChunkStream):
     """Turns parsed `chat.completion.chunk`s into Anthropic SSE events as they arrive.
 
     Each content kind change (reasoning, text, a new tool-call index) closes the open block and opens the
@@ -94,53 +95,20 @@ class StreamTranslator:
     `fail`) is the message a non-streamed request would have returned, for the record.
     """
 
-    def __init__(self, *, client_model: str, request: dict):
+    REASONING, CONTENT = _THINKING, _TEXT
+
+    def __init__(self, *, client_model: str | None, request: dict):
+        super().__init__(show_reasoning=shows_thinking(request))
         self.client_model = client_model
         self.response_body: dict | None = None
-        self._show_thinking = shows_thinking(request)
         self._msg_id = ""
-        self._started = False
         self._open = False
         self._kind = _TEXT
         self._blocks: list[list] = []  # [kind, parts, id, name] per content block, in index order
         self._tool_block: dict[int, int] = {}  # tool-call index -> content block index
-        self._prompt_len = 0
-        self._generated = 0
-        self._usage: dict | None = None
-        self._finish_reason: str | None = None
-        self._stop_reason = None
-
-    def feed(self, chunk: dict) -> bytes:
-        out = b"" if self._started else self._start(chunk)
-        choices = chunk.get("choices")
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                if self._show_thinking:
-                    reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                    if reasoning:
-                        out += self._text(_THINKING, reasoning)
-                text = delta.get("content")
-                if text:
-                    out += self._text(_TEXT, text)
-                calls = delta.get("tool_calls")
-                if calls:
-                    for call in calls:
-                        out += self._tool(call)
-            token_ids = choice.get("token_ids")
-            if token_ids:
-                self._generated += len(token_ids)
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
-                self._stop_reason = choice.get("stop_reason")
-        if chunk.get("usage"):
-            self._usage = chunk["usage"]
-        return out
 
     def finish(self) -> bytes:
-        out = b"" if self._started else self._start({})
-        out += self._close()
+        out = self._opening({}) + self._close()
         has_tools = any(block[0] >= 0 for block in self._blocks)
         stop_reason, stop_sequence = stop_fields(self._finish_reason, self._stop_reason, has_tools)
         input_tokens, output_tokens = self._token_counts()
@@ -157,9 +125,7 @@ class StreamTranslator:
         return encode("error", {"type": "error", "error": {"type": "api_error", "message": message}})
 
     def _start(self, chunk: dict) -> bytes:
-        self._started = True
         self._msg_id = message_id(chunk.get("id"))
-        self._prompt_len = len(chunk.get("prompt_token_ids") or ())
         message = _message(self._msg_id, self.client_model, [], None, None, self._prompt_len, 0)
         return encode("message_start", {"type": "message_start", "message": message})
 

@@ -7,33 +7,15 @@ client asked, the usage chunk only when the client asked, and `model` is the nam
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
-
-import orjson
 
 # vLLM-only fields (not in OpenAI's schema); prompt_token_ids, token_ids and prompt_logprobs stay only when asked.
 VLLM_TOP = ("prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics")
 VLLM_CHOICE = ("stop_reason", "routed_experts")
 SAMPLING_KEYS = ("tool_choice", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n", "seed",
                  "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "top_logprobs")
-
-
-def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON, like vLLM's own; orjson is ~5x cheaper per event than the json module."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:  # ints past 64 bits and other things orjson refuses
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def loads(data: bytes) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:  # NaN/Infinity or huge ints, which the json module accepts
-        return json.loads(data)
 
 
 def resolve_model(client_model: str | None, aliases: dict[str, str], policy: str | None) -> str | None:
@@ -104,40 +86,6 @@ def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
     )
 
 
-@dataclass
-class Collected:
-    """Token data gathered from vLLM's answer for the record (choice 0 only)."""
-
-    prompt_token_ids: list[int] | None = None
-    completion_token_ids: list[int] = field(default_factory=list)
-    completion_logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: dict | None = None
-    error: str | None = None
-
-    def add_choice(self, choice: dict) -> None:
-        ids = choice.get("token_ids")
-        if ids:
-            self.completion_token_ids.extend(ids)
-        logprobs = choice.get("logprobs")
-        if logprobs and logprobs.get("content"):
-            self.completion_logprobs.extend([entry["logprob"] for entry in logprobs["content"]])
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
-
-    def add_chunk(self, chunk: dict) -> None:
-        if chunk.get("prompt_token_ids") is not None:
-            self.prompt_token_ids = chunk["prompt_token_ids"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) == 0:
-                self.add_choice(choice)
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        if chunk.get("error"):
-            err = chunk["error"]
-            self.error = err.get("message") if isinstance(err, dict) else str(err)
-
-
 def strip_response(data: dict, plan: ChatPlan) -> None:
     """Make a vLLM chat answer (JSON body or stream chunk) look like what the client asked for, in place."""
     # Set intersections keep this cheap: it runs once per SSE event.
@@ -153,63 +101,3 @@ def strip_response(data: dict, plan: ChatPlan) -> None:
         message = choice.get("message")
         if message is not None and message.get("reasoning", 0) is None:
             del message["reasoning"]
-
-
-class ChatStreamReader:
-    """Splits vLLM's SSE byte stream into events (they may straddle reads) and collects token data."""
-
-    def __init__(self) -> None:
-        self.collected = Collected()
-        self.done = False
-        self._buffer = b""
-
-    def events(self, data: bytes) -> list[bytes]:
-        """Complete `data: ...` payloads in `data`, after what was buffered."""
-        buf = self._buffer + data if self._buffer else data
-        parts = buf.split(b"\n\n")
-        self._buffer = parts.pop()
-        out = []
-        for part in parts:
-            if part.startswith(b"data: ") and b"\n" not in part:  # vLLM: one data line per event
-                out.append(part[6:])
-                continue
-            for line in part.split(b"\n"):
-                if line.startswith(b"data:"):
-                    out.append(line[5:].strip())
-        return out
-
-    def parse(self, payload: bytes) -> dict | None:
-        """The chunk as a dict after collecting its token data; None for `[DONE]` or junk."""
-        if payload == b"[DONE]":
-            self.done = True
-            return None
-        try:
-            chunk = loads(payload)
-        except ValueError:
-            return None
-        if isinstance(chunk, dict):
-            self.collected.add_chunk(chunk)
-            return chunk
-        return None
-
-
-class ChatStreamFilter(ChatStreamReader):
-    """Passthrough: each upstream read becomes the stripped events it completes, ready to write."""
-
-    def __init__(self, plan: ChatPlan) -> None:
-        super().__init__()
-        self.plan = plan
-
-    def feed(self, data: bytes) -> bytes:
-        out = []
-        for payload in self.events(data):
-            chunk = self.parse(payload)
-            if chunk is None:
-                if self.done:
-                    out.append(b"data: [DONE]\n\n")
-                continue
-            if not chunk.get("choices") and chunk.get("usage") and not self.plan.want_usage:
-                continue  # the usage chunk we asked for ourselves
-            strip_response(chunk, self.plan)
-            out.append(b"data: " + dumps(chunk) + b"\n\n")
-        return b"".join(out)

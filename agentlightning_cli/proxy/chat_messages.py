@@ -18,6 +18,8 @@ Placement of system text is the one decision every chat template cares about:
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from .errors import TranslationError
 
 REMINDER_OPEN = "<system-reminder>"
@@ -114,3 +116,38 @@ def copy_sampling(body: dict, chat: dict, max_key: str, number_keys: tuple[str, 
     chat["stream"] = stream
     if stream:
         chat["stream_options"] = {"include_usage": True}
+
+
+def note(dropped: dict, group: str, where: str, value: Any) -> None:
+    """Record in `dropped` (kept with the call) something of the client's request that did not reach vLLM."""
+    dropped.setdefault(group, {})[where] = value
+
+
+def convert_tools(body: dict, chat: dict, function_of: Callable[[int, Any], dict | None]) -> None:
+    """The client's `tools` -> chat function tools; `function_of(i, tool)` is a tool's function, or None for one
+    it dropped (and noted)."""
+    tools = body.get("tools")
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise TranslationError("`tools` must be a list", "tools")
+    converted = []
+    for i, tool in enumerate(tools):
+        function = function_of(i, tool)
+        if function is not None:
+            converted.append({"type": "function", "function": function})
+    if converted:
+        chat["tools"] = converted
+
+
+def apply_tool_choice(chat: dict, mapped: Any, kind: str) -> bool:
+    """Set chat's `tool_choice` when there are tools to choose from (vLLM rejects it otherwise); a choice that
+    forces a call without any `kind` tools is the client's error. True when it was set."""
+    if mapped is None:
+        return False
+    if "tools" in chat:
+        chat["tool_choice"] = mapped
+        return True
+    if mapped in ("auto", "none"):
+        return False
+    raise TranslationError(f"`tool_choice` forces a tool call but no {kind} tools were given", "tool_choice")

@@ -1,16 +1,20 @@
-"""Errors the proxy answers itself, shaped for the protocol the client speaks."""
+"""Errors the proxy answers itself, shaped for the protocol the client speaks (one shape per protocol, here)."""
 
 from __future__ import annotations
 
-import importlib
-import json
+from typing import Callable
 
-OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
-                502: "upstream_error", 503: "service_unavailable"}
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                   500: "api_error", 502: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+from agentlightning_cli.errors import upstream_error_message
+from agentlightning_cli.proxy.jsonio import dumps
+
+_CHAT_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
+               502: "upstream_error", 503: "service_unavailable"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
+_RESPONSES_TYPES = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}
+_RESPONSES_CODES = {401: "invalid_api_key", 404: "not_found", 413: "request_too_large", 429: "rate_limit_exceeded"}
 
 
 class TranslationError(ValueError):
@@ -30,37 +34,40 @@ class ProxyReject(Exception):
         self.status, self.message, self.outcome, self.kind = status, message, outcome, kind
 
 
-def _translator(protocol: str):
-    name = {"anthropic-messages": "anthropic", "openai-responses": "responses"}.get(protocol)
-    if name is None:
-        return None
-    try:
-        return importlib.import_module(f"agentlightning_cli.proxy.{name}")
-    except ImportError:
-        return None
-
-
-def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
-    module = _translator(protocol)
-    if module is not None and hasattr(module, "error_body"):
-        return module.error_body(status, message, kind)
-    if protocol == "anthropic-messages":
-        return {"type": "error", "error": {"type": kind or ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
-    return {"error": {"message": message, "type": kind or OPENAI_TYPES.get(status, "api_error"), "param": None,
+def chat_error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
+    """OpenAI chat completions' error JSON (also for paths of no known protocol)."""
+    return {"error": {"message": message, "type": kind or _CHAT_TYPES.get(status, "api_error"), "param": param,
                       "code": status}}
 
 
+def anthropic_error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
+    """Anthropic's error JSON; `param` (the offending field) is folded into the message."""
+    if kind is None:
+        kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if param:
+        message = f"{param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def responses_error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
+    """OpenAI Responses' error JSON: {"error": {"message", "type", "param", "code"}}."""
+    if kind is None:
+        kind = _RESPONSES_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": _RESPONSES_CODES.get(status)}}
+
+
+ERROR_BODIES: dict[str, Callable[..., dict]] = {"anthropic-messages": anthropic_error_body,
+                                               "openai-responses": responses_error_body}
+
+
+def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
+    return ERROR_BODIES.get(protocol, chat_error_body)(status, message, kind)
+
+
 def error_bytes(protocol: str, status: int, message: str, kind: str | None = None) -> bytes:
-    return json.dumps(error_body(protocol, status, message, kind), ensure_ascii=False).encode()
+    return dumps(error_body(protocol, status, message, kind))
 
 
 def upstream_message(raw: bytes) -> str:
     """The human message inside an upstream (vLLM) error body, or the raw text."""
-    try:
-        data = json.loads(raw)
-        err = data.get("error", data) if isinstance(data, dict) else data
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    except (ValueError, AttributeError):
-        pass
-    return raw.decode("utf-8", "replace")[:2000] or "upstream error"
+    return upstream_error_message(raw, limit=2000) or "upstream error"

@@ -1,19 +1,23 @@
-"""One client request on its way through the proxy: its record, its upstream call, its answer."""
+"""One client request on its way through the proxy: its record, its upstream call, its answer.
+
+An Exchange is given the collaborators it uses (gate, budgets, recorder, upstream pool, model policy), built
+once per proxy start; it never sees the Proxy itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+from agentlightning_cli.proxy.control import Budgets, Gate, ModelPolicy
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.http_server import Request, Response, StreamWriter
-from agentlightning_cli.proxy.upstream import UpstreamResponse
+from agentlightning_cli.proxy.recorder import Recorder
+from agentlightning_cli.proxy.upstream import UpstreamPool, UpstreamResponse
 from agentlightning_cli.store import CallRecord
-
-if TYPE_CHECKING:
-    from agentlightning_cli.proxy.server import Proxy
 
 log = logging.getLogger("alight.proxy")
 JSON_TYPE = "application/json"
@@ -23,10 +27,27 @@ _HIDDEN_HEADERS = ("authorization", "x-api-key")
 UPSTREAM_DOWN = (OSError, asyncio.TimeoutError)
 
 
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    gate: Gate
+    budgets: Budgets
+    recorder: Recorder
+    upstream: UpstreamPool
+    policy: ModelPolicy
+
+
+def unavailable(protocol: str, exc: BaseException | None) -> Response:
+    """The 503 for traffic the proxy cannot record (fail closed)."""
+    why = f"{type(exc).__name__}: {exc}" if exc else "unknown"
+    msg = f"alight: recording to the store failed, so the proxy refuses traffic it cannot record ({why})"
+    return Response(503, error_bytes(protocol, 503, msg))
+
+
 class Exchange:
-    def __init__(self, proxy: "Proxy", request: Request, episode_id: str, path: str, protocol: str,
+    def __init__(self, parts: Collaborators, request: Request, episode_id: str, path: str, protocol: str,
                  started_at: float):
-        self.proxy, self.request = proxy, request
+        self.parts, self.request = parts, request
+        self.policy = parts.policy
         self.episode_id, self.path, self.protocol = episode_id, path, protocol
         self.started_at = started_at
         self.first_byte_at: float | None = None
@@ -40,9 +61,9 @@ class Exchange:
         data = {**self.fields, **fields}
         ids, usage = data.get("completion_token_ids"), data.get("usage")
         if ids:
-            self.proxy.budgets.add_tokens(self.episode_id, len(ids))
+            self.parts.budgets.add_tokens(self.episode_id, len(ids))
         elif isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.proxy.budgets.add_tokens(self.episode_id, usage["completion_tokens"])  # an upstream without ids
+            self.parts.budgets.add_tokens(self.episode_id, usage["completion_tokens"])  # an upstream without ids
         return CallRecord(
             episode_id=self.episode_id, protocol=self.protocol, method=self.request.method, path=self.path,
             status=outcome, http_status=http_status, stream=self.stream, client_request=self.raw,
@@ -55,11 +76,11 @@ class Exchange:
         """Answer only once the record is durable (fail closed: a failed write becomes a 503)."""
         record = self.record(outcome, http_status, response=body, **fields)
         waiter = asyncio.get_running_loop().create_future()
-        self.proxy.recorder.write_soon(record, waiter)
+        self.parts.recorder.write_soon(record, waiter)
         try:
             await waiter
         except Exception as exc:  # noqa: BLE001 - any store failure means we must not serve this answer
-            return self.proxy.unavailable(self.protocol, exc)
+            return unavailable(self.protocol, exc)
         return Response(http_status, body, content_type)
 
     async def reject(self, exc: ProxyReject) -> Response:
@@ -75,7 +96,7 @@ class Exchange:
         """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
         self.fields["upstream_request"] = body
         try:
-            return await self.proxy.session.post(path, body)
+            return await self.parts.upstream.post(path, body)
         except UPSTREAM_DOWN as exc:
             raise ProxyReject(502, f"alight: upstream model server unreachable: {exc or type(exc).__name__}",
                               "unreachable") from exc
@@ -88,7 +109,7 @@ class Exchange:
         record = self.record(outcome, 200, response=b"".join(sent), **fields)
         # The writer thread, not the loop: nobody waits for it, and a long stream's record (all its events,
         # compressed) would hold up the first bytes of streams starting meanwhile (bench/proxy.py TTFB).
-        self.proxy.recorder.submit(record)
+        self.parts.recorder.submit(record)
 
 
 class _Forwarding:
@@ -99,21 +120,17 @@ class _Forwarding:
 
     async def __aenter__(self) -> None:
         ex = self.ex
-        proxy = ex.proxy
-        await proxy.gate.enter()
+        gate, budgets = ex.parts.gate, ex.parts.budgets
+        await gate.enter()
         try:
-            reason = proxy.budgets.check(ex.episode_id)
+            reason = budgets.check(ex.episode_id)
             if reason is not None:
-                if proxy.on_budget_exceeded is not None:
-                    try:
-                        proxy.on_budget_exceeded(ex.episode_id, reason)
-                    except Exception:  # noqa: BLE001 - the owner's callback must not break the proxy
-                        log.exception("on_budget_exceeded callback failed")
+                budgets.refused(ex.episode_id, reason)
                 raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
-            ex.fields.setdefault("model", proxy.policy)
+            ex.fields.setdefault("model", ex.policy.name)
         except BaseException:
-            proxy.gate.leave()
+            gate.leave()
             raise
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        self.ex.proxy.gate.leave()
+        self.ex.parts.gate.leave()

@@ -11,6 +11,10 @@ import orjson
 from agentlightning_cli.proxy.errors import ProxyReject
 from agentlightning_cli.proxy.http_server import Request
 
+# Deepest nesting of arrays and objects a request body may have. Real requests stay far below (tool schemas
+# nest ~10 levels); the bound keeps every later step (the JSON encoders, the store) away from recursion limits.
+NESTING_LIMIT = 128
+
 # Fields a request of each protocol cannot do without.
 REQUIRED = {"openai-chat": ("messages", list), "anthropic-messages": ("messages", list),
             "openai-responses": ("input", (str, list))}
@@ -19,6 +23,54 @@ REQUIRED = {"openai-chat": ("messages", list), "anthropic-messages": ("messages"
 def _too_big(limit: int) -> ProxyReject:
     return ProxyReject(413, f"request body is larger than the proxy's limit of {limit} bytes "
                             "(proxy.max_body_bytes)", "bad_request")
+
+
+def _too_deep() -> ProxyReject:
+    return ProxyReject(400, f"request body is nested deeper than {NESTING_LIMIT} levels of arrays and objects")
+
+
+def _reject_constant(name: str) -> float:
+    raise ProxyReject(400, f"request body is not valid JSON: {name} is not a JSON number (send null or a finite "
+                           "number)")
+
+
+def _parse_fallback(raw: bytes, orjson_error: orjson.JSONDecodeError) -> Any:
+    """What orjson refuses: past its nesting limit, not UTF-8, NaN/Infinity, ints past 64 bits (valid JSON the
+    json module reads), or not JSON at all (the json module's message says where)."""
+    message = str(orjson_error)
+    if "depth limit" in message or "recursion" in message.lower():
+        raise _too_deep()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProxyReject(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise _too_deep() from exc
+    except ValueError as exc:
+        raise ProxyReject(400, f"request body is not valid JSON: {exc}") from exc
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether arrays/objects nest more than `limit` levels (iterative: a deep body must not recurse here)."""
+    if type(value) is dict:
+        children = list(value.values())
+    elif type(value) is list:
+        children = value
+    else:
+        return False
+    stack = [(children, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        items, depth = pop()
+        for item in items:
+            kind = type(item)
+            if kind is dict or kind is list:
+                if depth >= limit:
+                    return True
+                push((item.values() if kind is dict else item, depth + 1))
+    return False
 
 
 def read_body(request: Request, limit: int) -> bytes:
@@ -60,18 +112,14 @@ def decode(raw: bytes, encoding: str, limit: int) -> bytes:
 
 
 def parse_json(raw: bytes, protocol: str) -> dict[str, Any]:
-    """The body as a JSON object, checked for the fields its protocol needs; ProxyReject(400) otherwise."""
+    """The body as a JSON object, checked for the fields its protocol needs; ProxyReject(400) otherwise.
+    Stricter than Python's json module: NaN/Infinity are not JSON, and nesting stops at NESTING_LIMIT."""
     try:
-        body = orjson.loads(raw)  # also rejects invalid UTF-8
-    except orjson.JSONDecodeError:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProxyReject(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
-        try:
-            body = json.loads(text)  # NaN, Infinity and huge ints: valid for Python's json, not orjson
-        except ValueError as exc:
-            raise ProxyReject(400, f"request body is not valid JSON: {exc}") from exc
+        body = orjson.loads(raw)  # also rejects invalid UTF-8, and nesting past 1024 levels
+    except orjson.JSONDecodeError as exc:
+        body = _parse_fallback(raw, exc)
+    if _nested_deeper(body, NESTING_LIMIT):
+        raise _too_deep()
     if not isinstance(body, dict):
         raise ProxyReject(400, f"request body must be a JSON object, not a JSON {type(body).__name__}")
     need = REQUIRED.get(protocol)

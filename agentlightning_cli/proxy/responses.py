@@ -1,7 +1,8 @@
-"""OpenAI Responses -> vLLM chat completions (request side) and OpenAI error shapes.
+"""OpenAI Responses -> vLLM chat completions (request side).
 
 The reply side (JSON and the SSE event sequence Codex needs) lives in `responses_reply.py` and is re-exported
-here: `request_to_chat`, `response_from_chat`, `StreamTranslator`, `error_body`.
+here; with `request_to_chat` and `open_stream` this module is the Translator of translators.py (`error_body`,
+from errors.py, is re-exported).
 
 Translation choices (the client's full request is recorded anyway; `dropped` lists what did not reach vLLM):
 * `instructions` and leading `system`/`developer` messages form one leading system message (joined with a
@@ -14,8 +15,12 @@ Translation choices (the client's full request is recorded anyway; `dropped` lis
 
 from __future__ import annotations
 
-from .chat_messages import ChatMessages, copy_sampling
+from typing import Any
+
+from .chat_messages import ChatMessages, apply_tool_choice, convert_tools, copy_sampling
+from .chat_messages import note as _note
 from .errors import TranslationError
+from .errors import responses_error_body as error_body  # noqa: F401  (re-exported interface)
 from .responses_reply import StreamTranslator, response_from_chat  # noqa: F401  (re-exported interface)
 
 PROTOCOL = "openai-responses"
@@ -56,19 +61,8 @@ def request_to_chat(body: dict) -> tuple[dict, dict]:
     return chat, dropped
 
 
-_ERROR_TYPES = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}
-_ERROR_CODES = {401: "invalid_api_key", 404: "not_found", 413: "request_too_large", 429: "rate_limit_exceeded"}
-
-
-def error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
-    """OpenAI's error JSON: {"error": {"message", "type", "param", "code"}}."""
-    if kind is None:
-        kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": _ERROR_CODES.get(status)}}
-
-
-def _note(dropped: dict, group: str, where: str, value) -> None:
-    dropped.setdefault(group, {})[where] = value
+def open_stream(*, client_model: str | None, request: dict) -> StreamTranslator:
+    return StreamTranslator(client_model=client_model, request=request)
 
 
 def _item(item, where: str, builder: ChatMessages, dropped: dict) -> None:
@@ -134,42 +128,27 @@ def _text(parts: list, where: str, dropped: dict) -> str:
 
 
 def _tools(body: dict, chat: dict, dropped: dict) -> None:
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise TranslationError("`tools` must be a list", "tools")
-        converted = []
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict):
-                raise TranslationError("each tool must be an object", f"tools.{i}")
-            if tool.get("type") != "function":
-                _note(dropped, "tools", f"tools.{i}", {"type": tool.get("type"), "name": tool.get("name")})
-                continue
-            if not isinstance(tool.get("name"), str):
-                raise TranslationError("a function tool needs a string `name`", f"tools.{i}.name")
-            function = {"name": tool["name"]}
-            for key in ("description", "parameters", "strict"):
-                if tool.get(key) is not None:
-                    function[key] = tool[key]
-            converted.append({"type": "function", "function": function})
-        if converted:
-            chat["tools"] = converted
+    def function_of(i: int, tool: Any) -> dict | None:
+        if not isinstance(tool, dict):
+            raise TranslationError("each tool must be an object", f"tools.{i}")
+        if tool.get("type") != "function":
+            _note(dropped, "tools", f"tools.{i}", {"type": tool.get("type"), "name": tool.get("name")})
+            return None
+        if not isinstance(tool.get("name"), str):
+            raise TranslationError("a function tool needs a string `name`", f"tools.{i}.name")
+        return {key: tool[key] for key in ("name", "description", "parameters", "strict") if tool.get(key) is not None}
+
+    convert_tools(body, chat, function_of)
     choice = body.get("tool_choice")
     if choice is not None:
         if isinstance(choice, dict) and choice.get("type") == "function":
             if not isinstance(choice.get("name"), str):
                 raise TranslationError("a function `tool_choice` needs a string `name`", "tool_choice.name")
-            mapped = {"type": "function", "function": {"name": choice["name"]}}
+            apply_tool_choice(chat, {"type": "function", "function": {"name": choice["name"]}}, "function")
         elif choice in ("auto", "none", "required"):
-            mapped = choice
+            apply_tool_choice(chat, choice, "function")
         else:
             dropped["tool_choice"] = choice  # hosted-tool or allowed_tools choices have no chat equivalent
-            mapped = None
-        if mapped is not None and "tools" in chat:
-            chat["tool_choice"] = mapped
-        elif mapped not in (None, "auto", "none"):
-            raise TranslationError("`tool_choice` forces a tool call but no function tools were given",
-                                   "tool_choice")
     parallel = body.get("parallel_tool_calls")
     if parallel is not None:
         if not isinstance(parallel, bool):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 
-from .sse import dumps, encode, encode_raw
+from .chunk_stream import ChunkStream
+from .jsonio import dumps_text
+from .sse import encode, encode_raw
 
 _REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
 
@@ -85,79 +87,49 @@ def _reasoning_item(item_id: str, text: str) -> dict:
     return {"type": "reasoning", "id": item_id, "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
 
 
-class StreamTranslator:
+class StreamTranslator(ChunkStream):
     """Turns parsed `chat.completion.chunk`s into Responses SSE events as they arrive, each with its
     `sequence_number`. `response_body` (set by `finish` or `fail`) equals what `response_from_chat` returns for
     the same completion, for the record."""
 
-    def __init__(self, *, client_model: str, request: dict):
+    REASONING, CONTENT = _REASONING, _MESSAGE
+
+    def __init__(self, *, client_model: str | None, request: dict):
+        super().__init__()
         self.client_model = client_model
         self.request = request
         self.response_body: dict | None = None
         self._seq = 0
         self._base = ""
         self._created = None
-        self._started = False
         self._items: list[list] = []  # [kind, item_id, parts, call_id, name] in output order
         self._open = False
         self._tool_item: dict[int, int] = {}  # tool-call index -> output index
         self._messages = 0
-        self._prompt_len = 0
-        self._generated = 0
-        self._usage: dict | None = None
-        self._finish_reason: str | None = None
 
     def _event(self, name: str, payload: dict) -> bytes:
         payload["sequence_number"] = self._seq
         self._seq += 1
         return encode(name, payload)
 
-    def feed(self, chunk: dict) -> bytes:
-        out = b"" if self._started else self._start(chunk)
-        choices = chunk.get("choices")
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                if reasoning:
-                    out += self._text(_REASONING, reasoning)
-                text = delta.get("content")
-                if text:
-                    out += self._text(_MESSAGE, text)
-                calls = delta.get("tool_calls")
-                if calls:
-                    for call in calls:
-                        out += self._tool(call)
-            token_ids = choice.get("token_ids")
-            if token_ids:
-                self._generated += len(token_ids)
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
-        if chunk.get("usage"):
-            self._usage = chunk["usage"]
-        return out
-
     def finish(self) -> bytes:
-        out = (b"" if self._started else self._start({})) + self._close()
+        out = self._opening({}) + self._close()
         response = self._response(_status(self._finish_reason), "completed")
         self.response_body = response
         return out + self._event("response.completed", {"type": "response.completed", "response": response})
 
     def fail(self, message: str) -> bytes:
-        out = b"" if self._started else self._start({})
+        out = self._opening({})
         error = {"code": "server_error", "message": message}
         response = self._response("failed", "incomplete", error)
         self.response_body = response
         return out + self._event("response.failed", {"type": "response.failed", "response": response})
 
     def _start(self, chunk: dict) -> bytes:
-        self._started = True
         self._base = id_base(chunk.get("id"))
         self._created = chunk.get("created")
-        self._prompt_len = len(chunk.get("prompt_token_ids") or ())
         # created and in_progress carry the same snapshot: serialise it (tools echo included) once.
-        snapshot = dumps(build_response(self._base, self._created, self.client_model, self.request, [],
+        snapshot = dumps_text(build_response(self._base, self._created, self.client_model, self.request, [],
                                         "in_progress", None))
         out = b""
         for name in ("response.created", "response.in_progress"):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from agentlightning_cli.proxy import passthrough, translated
+from agentlightning_cli.proxy.exchange import Exchange
+from agentlightning_cli.proxy.http_server import Response, StreamWriter
 
-ROUTES = {
+Handler = Callable[[Exchange], Awaitable["Response | StreamWriter"]]
+ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/chat/completions"): passthrough.handle_chat,
-    ("POST", "/v1/messages"): translated.handle_messages,
+    ("POST", "/v1/messages"): translated.handle_translated,
     ("POST", "/v1/messages/count_tokens"): translated.handle_count_tokens,
-    ("POST", "/v1/responses"): translated.handle_responses,
+    ("POST", "/v1/responses"): translated.handle_translated,
 }
 
 
@@ -27,15 +30,8 @@ def protocol_of(path: str, headers: Any) -> str:
     return "other"
 
 
-def advertised_models(proxy: Any) -> list[str]:
-    names = [name for name in proxy.settings.model_aliases if "*" not in name]
-    if proxy.policy is not None and proxy.policy not in names:
-        names.append(proxy.policy)
-    return names or ["default"]
-
-
-def models_body(proxy: Any, protocol: str) -> dict:
-    names = advertised_models(proxy)
+def models_body(names: list[str], protocol: str) -> dict:
+    """`GET /v1/models` in the client's protocol."""
     if protocol == "anthropic-messages":
         data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
         return {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}

@@ -11,7 +11,6 @@ import asyncio
 import functools
 import hashlib
 import hmac
-import json
 import logging
 import os
 import re
@@ -20,15 +19,18 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from agentlightning_cli.proxy.chat import resolve_model
-from agentlightning_cli.proxy.control import Budgets, Gate
+from agentlightning_cli.config import ProxySettings
+from agentlightning_cli.proxy.control import Budgets, Gate, ModelPolicy
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
-from agentlightning_cli.proxy.exchange import Exchange
+from agentlightning_cli.proxy.exchange import Collaborators, Exchange, unavailable
 from agentlightning_cli.proxy.http_server import HTTPServer, Request, Response, StreamWriter
 from agentlightning_cli.proxy.incoming import read_body
+from agentlightning_cli.proxy.jsonio import dumps
+from agentlightning_cli.proxy.probe import server_root
 from agentlightning_cli.proxy.recorder import Recorder
 from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
 from agentlightning_cli.proxy.upstream import UpstreamPool
+from agentlightning_cli.store import Store
 
 log = logging.getLogger("alight.proxy")
 EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
@@ -54,15 +56,15 @@ def _json(status: int, body: bytes) -> Response:
 
 
 class Proxy:
-    def __init__(self, store: Any, upstream_url: str, settings: Any, policy: str | None = "policy-r0",
+    def __init__(self, store: Store, upstream_url: str, settings: ProxySettings, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256,
                  ad_hoc_scope: tuple[str | None, str | None] = (None, None)):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
         self.ad_hoc_scope = ad_hoc_scope
-        self.upstream_url = upstream_url.rstrip("/")
-        self.policy = policy
-        self.on_budget_exceeded: Callable[[str, str], None] | None = None
+        # The server root: `--upstream http://host:8000/v1` (the base URL OpenAI clients print) works too.
+        self.upstream_url = server_root(upstream_url)
+        self.model_policy = ModelPolicy(policy, settings.model_aliases, settings.sampling)
         self.gate = Gate()
         self.budgets = Budgets(settings.budgets)
         self.recorder = Recorder(store, in_flight=lambda: self.gate.in_flight)
@@ -75,7 +77,20 @@ class Proxy:
         self._create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._server: HTTPServer | None = None
-        self.session: UpstreamPool = None  # type: ignore[assignment]  # made in start(), on the loop
+        self.session: UpstreamPool | None = None  # made in start(), on the loop
+        self._parts: Collaborators | None = None
+
+    @property
+    def policy(self) -> str | None:
+        return self.model_policy.name
+
+    @property
+    def on_budget_exceeded(self) -> Callable[[str, str], None] | None:
+        return self.budgets.on_exceeded
+
+    @on_budget_exceeded.setter
+    def on_budget_exceeded(self, callback: Callable[[str, str], None] | None) -> None:
+        self.budgets.on_exceeded = callback
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, host: str | None = None, port: int | None = None) -> "Proxy":
@@ -84,6 +99,7 @@ class Proxy:
         # No Accept-Encoding, no cookies, no redirects: vLLM does not compress, and what one episode's
         # answer sets must never ride along on another's request.
         self.session = UpstreamPool(self.upstream_url, limit=self._connections, connect_timeout=30)
+        self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
         server = HTTPServer(self._handle, self.settings.max_body_bytes)
         bound = await server.start(host, port)
@@ -125,7 +141,7 @@ class Proxy:
 
     def set_policy(self, name: str) -> None:
         # One attribute store: requests read it once, after the pause gate, so none sees a mix.
-        self.policy = name
+        self.model_policy.name = name
 
     async def pause(self) -> None:
         self.gate.pause()
@@ -139,22 +155,15 @@ class Proxy:
         self.recorder.flush_soon()  # what is gathering on the loop is written (or queued) now
         await asyncio.wrap_future(self.recorder.call(lambda: None))  # the writer queue is FIFO
 
-    def upstream_model(self, client_model: str | None) -> str:
-        return resolve_model(client_model, self.settings.model_aliases, self.policy)
-
-    def unavailable(self, protocol: str, exc: BaseException | None) -> Response:
-        why = f"{type(exc).__name__}: {exc}" if exc else "unknown"
-        msg = f"alight: recording to the store failed, so the proxy refuses traffic it cannot record ({why})"
-        return _json(503, error_bytes(protocol, 503, msg))
-
     # -- requests ---------------------------------------------------------------------------------------
     async def _handle(self, request: Request) -> Response | StreamWriter:
         task = asyncio.current_task()
-        self._tasks.add(task)  # type: ignore[arg-type]  # so stop() can cut what outlives its grace period
+        assert task is not None  # the HTTP server runs each request in its own task
+        self._tasks.add(task)  # so stop() can cut what outlives its grace period
         try:
             return await self._dispatch(request)
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
 
     async def _dispatch(self, request: Request) -> Response | StreamWriter:
         started = time.time()
@@ -167,7 +176,7 @@ class Proxy:
             return Response(200, b"", None)
         protocol = protocol_of(rest, request.headers)
         if not self.recorder.healthy:
-            return self.unavailable(protocol, self.recorder.failure)
+            return unavailable(protocol, self.recorder.failure)
         verdict = await self._authenticate(episode_id, _presented_key(request.headers))
         if verdict == "unknown":
             return _json(404, error_bytes(protocol, 404, f"alight: unknown episode {episode_id!r}", "not_found_error"))
@@ -175,9 +184,10 @@ class Proxy:
             msg = "alight: missing or wrong API key for this episode (send it as Authorization: Bearer or x-api-key)"
             return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
         if method == "GET" and rest in ("/v1/models", "/models"):
-            return _json(200, json.dumps(models_body(self, protocol)).encode())
+            return _json(200, dumps(models_body(self.model_policy.advertised(), protocol)))
         path = request.path_qs[len("/e/") + len(episode_id):] or "/"
-        ex = Exchange(self, request, episode_id, path, protocol, started)
+        assert self._parts is not None  # requests only arrive after start()
+        ex = Exchange(self._parts, request, episode_id, path, protocol, started)
         try:
             ex.raw = read_body(request, self.settings.max_body_bytes)
             handler = ROUTES.get((method, rest.rstrip("/")))
@@ -189,14 +199,15 @@ class Proxy:
             return await ex.reject(exc)
         except Exception as exc:  # noqa: BLE001 - one bad request must never take the proxy down
             log.exception("internal error on %s %s", method, request.path)
-            return await ex.reject(ProxyReject(500, f"alight: internal proxy error: {exc}", "upstream_error"))
+            return await ex.reject(ProxyReject(500, f"alight: internal proxy error: {type(exc).__name__}: {exc}",
+                                               "internal_error"))
 
     def _unscoped(self, request: Request) -> Response:
         protocol = protocol_of(request.path, request.headers)
         if request.method == "HEAD" and request.path in PREFLIGHT:
             return Response(200, b"", None)
         if request.method == "GET" and request.path == "/v1/models":
-            return _json(200, json.dumps(models_body(self, protocol)).encode())
+            return _json(200, dumps(models_body(self.model_policy.advertised(), protocol)))
         msg = f"alight: no route for {request.method} {request.path}; episode URLs look like /e/<episode_id>/v1"
         return _json(404, error_bytes(protocol, 404, msg, "not_found_error"))
 
@@ -214,12 +225,11 @@ class Proxy:
         """Registry miss: ask the store (episodes another process created), else create one in ad-hoc mode."""
         if episode_id in self._keys:
             return await self._authenticate(episode_id, key)
-        if self.store is not None:
-            if key and await asyncio.to_thread(self.store.check_episode_key, episode_id, key):
-                self._keys[episode_id] = _digest(key)
-                return "ok"
-            if await asyncio.to_thread(self.store.get_episode, episode_id) is not None:
-                return "denied"
+        if key and await asyncio.to_thread(self.store.check_episode_key, episode_id, key):
+            self._keys[episode_id] = _digest(key)
+            return "ok"
+        if await asyncio.to_thread(self.store.get_episode, episode_id) is not None:
+            return "denied"
         if not create:
             return "unknown"
         if not key:
