@@ -63,7 +63,7 @@ class CallRecord:
     protocol: str  # "openai-chat" | "anthropic-messages" | "openai-responses" | "other"
     method: str
     path: str  # after the /e/<episode> prefix, with the query string
-    status: str  # "ok" | "partial" | "client_error" | "upstream_error" | "unreachable" | ...
+    status: str  # "ok" | "partial" | "bad_request" | "client_error" | "upstream_error" | "unreachable" | "internal_error" | ...
     http_status: int  # what the client got
     stream: bool
     client_request: bytes
