@@ -48,6 +48,8 @@ class RoundSummary:
     trainable: bool = True
     """False when the upstream gave no token ids (e.g. a hosted API): these calls cannot be trained on."""
     notes: list[str] = field(default_factory=list)
+    sandbox: str = "bwrap"
+    """Where the episodes ran: `bwrap` (sandboxed) or `none` (on the host, chosen explicitly)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,7 +74,17 @@ def summarize(run_name: str, round_index: int, k: int, episodes: Iterable[Any], 
     return RoundSummary(
         run=run_name, round=round_index, k=k, episodes=len(eps), mean_reward=_mean(rewards), tasks=tasks,
         statuses=dict(Counter(e.status for e in eps)), outcomes=dict(Counter(e.outcome or "none" for e in eps)),
-        calls=calls, trainable=trainable, notes=list(notes or []))
+        calls=calls, trainable=trainable, notes=list(notes or []), sandbox=_sandbox_mode())
+
+
+def _sandbox_mode() -> str:
+    """The `sandbox` setting the round's episodes ran under (`--sandbox` sets it for the whole command)."""
+    from agentlightning_cli.sandbox.choice import resolve
+
+    try:
+        return resolve(None, None)[0]
+    except Exception:  # noqa: BLE001 - a summary must print even if the settings cannot be read again
+        return "unknown"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -97,5 +109,7 @@ def render(summary: RoundSummary, console: Any) -> None:
     console.print(f"episodes: {summary.episodes}   mean reward: {_fmt(summary.mean_reward)}   calls: {summary.calls}")
     console.print("status:   " + ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
     console.print("outcome:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items())))
+    if summary.sandbox != "bwrap":
+        console.print(f"sandbox:  {summary.sandbox} - episodes, setup and reward ran on the host, unsandboxed")
     for note in summary.notes:
         console.print(f"note:     {note}")
