@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -30,6 +31,19 @@ model_app = typer.Typer(help="Models alight can serve: build the embedded tiny m
 app.add_typer(model_app, name="model")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+SandboxFlag = Annotated[
+    Optional[str],
+    typer.Option("--sandbox", help="Where episodes, setup and reward run: bwrap (sandboxed, the default) or none (on the host)."),
+]
+
+
+def use_sandbox(value: Optional[str]) -> None:
+    """--sandbox becomes the `sandbox` setting for this whole command (the runner, setup and reward read it)."""
+    if value is None:
+        return
+    if value not in ("bwrap", "none"):
+        raise typer.BadParameter(f"'{value}' is not one of bwrap, none", param_hint="--sandbox")
+    os.environ["ALIGHT_SANDBOX"] = value
 
 
 def _version(value: bool) -> None:
@@ -189,9 +203,11 @@ def harness_install(
 @harness_app.command("check")
 def harness_check(
     name: Annotated[str, typer.Argument(help="Recipe name or path to a recipe YAML.")],
+    sandbox: SandboxFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome."""
+    use_sandbox(sandbox)
     from agentlightning_cli.commands.harness import check_harness
 
     report = check_harness(name)
@@ -230,9 +246,11 @@ def run_command(
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
+    sandbox: SandboxFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run every task x --attempts through a real harness behind the recording proxy; score; print a summary."""
+    use_sandbox(sandbox)
     from agentlightning_cli.commands.run import RunOptions, run_and_report
 
     opts = RunOptions(
