@@ -199,3 +199,22 @@ def test_doctor_says_whether_the_sandbox_works_and_how_to_fix_it(monkeypatch: py
 
     missing = sandbox_status()
     assert not missing["ok"] and "apt-get install bubblewrap" in missing["fix"]
+
+
+def test_sandbox_flag_and_the_summary_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from agentlightning_cli.cli import app
+    from agentlightning_cli.rollout.summary import render, summarize
+
+    bad = CliRunner().invoke(app, ["harness", "check", "codex", "--sandbox", "chroot"])
+    assert bad.exit_code == 2 and "bwrap, none" in bad.output
+    assert summarize("r", 0, 1, []).sandbox == "bwrap"
+    monkeypatch.setenv("ALIGHT_SANDBOX", "none")  # what `--sandbox none` sets for the command
+    summary = summarize("r", 0, 1, [])
+    out = io.StringIO()
+    render(summary, Console(file=out, width=120))
+    assert summary.sandbox == "none" and "sandbox:  none" in out.getvalue()
