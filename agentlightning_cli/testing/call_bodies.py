@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from agentlightning_cli.store import CallRecord
 
 TOOLS_CHAT = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
@@ -37,6 +39,10 @@ class Step:
     prompt_growth: int = 40  # new prompt tokens past the previous call's prompt + completion
 
 
+_VOCAB = range(3, 32000)
+_LOGPROB_STEPS = [i / 997 for i in range(997)]
+
+
 @dataclass
 class Tokens:
     """Token ids that behave like a real episode's: each prompt starts with the previous prompt + completion."""
@@ -45,9 +51,9 @@ class Tokens:
     prompt: list[int] = field(default_factory=list)
 
     def next_call(self, growth: int, completion_len: int) -> tuple[list[int], list[int], list[float]]:
-        self.prompt = self.prompt + [self.rng.randrange(3, 32000) for _ in range(growth)]
-        completion = [self.rng.randrange(3, 32000) for _ in range(completion_len)]
-        logprobs = [-self.rng.random() * 2 for _ in range(completion_len)]
+        self.prompt = self.prompt + self.rng.choices(_VOCAB, k=growth)
+        completion = self.rng.choices(_VOCAB, k=completion_len)
+        logprobs = [-2 * r for r in self.rng.choices(_LOGPROB_STEPS, k=completion_len)]
         return list(self.prompt), completion, logprobs
 
     def accept(self, completion: list[int]) -> None:
@@ -55,7 +61,7 @@ class Tokens:
 
 
 def _dump(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
+    return orjson.dumps(data)
 
 
 def _sse(events: list[tuple[str | None, Any]]) -> bytes:
@@ -168,36 +174,43 @@ _CLIENT_MODELS = {"openai-chat": "gpt-4o-mini", "anthropic-messages": "claude-so
                   "openai-responses": "gpt-5-codex"}
 
 
-def _client_body(protocol: str, task: str, history: list[tuple[Step, str]], stream: bool) -> dict[str, Any]:
+def _opening(protocol: str, task: str) -> list[dict[str, Any]]:
+    if protocol == "openai-chat":
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+    if protocol == "anthropic-messages":
+        return [{"role": "user", "content": [{"type": "text", "text": task}]}]
+    return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]}]
+
+
+def _turns(protocol: str, step: Step, call_id: str, n: int) -> list[dict[str, Any]]:
+    """What one answered step adds to the history the client resends: the reply, then the tool's output."""
+    if protocol == "openai-chat":
+        return [_chat_message(step, call_id),
+                {"role": "tool", "tool_call_id": call_id, "content": step.tool_output} if step.tool
+                else {"role": "user", "content": step.tool_output or "Continue."}]
+    if protocol == "anthropic-messages":
+        content: list[dict[str, Any]] = [{"type": "text", "text": step.text}] if step.text else []
+        if step.tool:
+            content.append({"type": "tool_use", "id": call_id, "name": step.tool[0], "input": step.tool[1]})
+        return [{"role": "assistant", "content": content},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                              "content": step.tool_output}] if step.tool else
+                 [{"type": "text", "text": step.tool_output or "Continue."}]}]
+    return [*_responses_output(step, call_id, n),
+            {"type": "function_call_output", "call_id": call_id, "output": step.tool_output} if step.tool
+            else {"type": "message", "role": "user", "content": [{"type": "input_text",
+                                                                  "text": step.tool_output or "Continue."}]}]
+
+
+def _client_body(protocol: str, history: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
     """The whole request as the client sends it: system prompt, task, and every earlier turn."""
     model = _CLIENT_MODELS[protocol]
     if protocol == "openai-chat":
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
-        for step, call_id in history:
-            messages.append(_chat_message(step, call_id))
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": step.tool_output}
-                            if step.tool else {"role": "user", "content": step.tool_output or "Continue."})
-        return {"model": model, "messages": messages, "tools": TOOLS_CHAT, "stream": stream}
+        return {"model": model, "messages": history, "tools": TOOLS_CHAT, "stream": stream}
     if protocol == "anthropic-messages":
-        turns: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": task}]}]
-        for step, call_id in history:
-            content: list[dict[str, Any]] = [{"type": "text", "text": step.text}] if step.text else []
-            if step.tool:
-                content.append({"type": "tool_use", "id": call_id, "name": step.tool[0], "input": step.tool[1]})
-            turns.append({"role": "assistant", "content": content})
-            turns.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
-                                                       "content": step.tool_output}] if step.tool else
-                          [{"type": "text", "text": step.tool_output or "Continue."}]})
-        return {"model": model, "max_tokens": 32000, "system": [{"type": "text", "text": SYSTEM}], "messages": turns,
-                "tools": TOOLS_ANTHROPIC, "metadata": {"user_id": "session-1"}, "stream": stream}
-    items: list[dict[str, Any]] = [{"type": "message", "role": "user",
-                                    "content": [{"type": "input_text", "text": task}]}]
-    for n, (step, call_id) in enumerate(history):
-        items.extend(_responses_output(step, call_id, n))
-        items.append({"type": "function_call_output", "call_id": call_id, "output": step.tool_output} if step.tool
-                     else {"type": "message", "role": "user",
-                           "content": [{"type": "input_text", "text": step.tool_output or "Continue."}]})
-    return {"model": model, "instructions": SYSTEM, "input": items, "tools": TOOLS_RESPONSES,
+        return {"model": model, "max_tokens": 32000, "system": [{"type": "text", "text": SYSTEM}],
+                "messages": history, "tools": TOOLS_ANTHROPIC, "metadata": {"user_id": "session-1"}, "stream": stream}
+    return {"model": model, "instructions": SYSTEM, "input": history, "tools": TOOLS_RESPONSES,
             "reasoning": {"effort": "medium"}, "store": False, "stream": stream}
 
 
@@ -206,12 +219,12 @@ def conversation(episode_id: str, protocol: str, task: str, steps: list[Step], *
     """The CallRecords one episode of `steps` leaves in the store, in order."""
     rng = random.Random(seed)
     tokens = Tokens(rng=rng)
-    history: list[tuple[Step, str]] = []
+    history = _opening(protocol, task)
     records = []
     clock = start
     for n, step in enumerate(steps):
         call_id = f"call_{seed}_{n}"
-        body = _client_body(protocol, task, history, step.stream)
+        body = _client_body(protocol, history, step.stream)
         raw = _dump(body)
         growth = step.prompt_growth + (len(task) // 4 + 60 if n == 0 else len(step.tool_output) // 4)
         prompt, completion, logprobs = tokens.next_call(growth, _words(step))
@@ -245,5 +258,5 @@ def conversation(episode_id: str, protocol: str, task: str, steps: list[Step], *
                                   completion_token_ids=completion, completion_logprobs=logprobs,
                                   finish_reason=_finish(step), usage=usage, first_byte_at=began + 0.05))
         tokens.accept(completion)
-        history.append((step, call_id))
+        history = history + _turns(protocol, step, call_id, n)
     return records

@@ -1,0 +1,141 @@
+"""`alight inspect`: open the run a user names, read it through the store, print JSON or text, export, plot.
+
+cli.py parses flags and calls one function here; the views, exports and the app live in agentlightning_cli/inspect/.
+Data goes to stdout, notes (which run was picked, where a file went) to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.inspect import shapes, text
+from agentlightning_cli.inspect.rows import merge_rows
+from agentlightning_cli.inspect.source import RunSource, resolve_run_dir, run_dirs, run_summaries
+from agentlightning_cli.store import EpisodeSummary
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def _open(run: str | None, runs_dir: Path) -> RunSource:
+    run_dir = resolve_run_dir(run, runs_dir)
+    if run is None:
+        _note(f"run: {run_dir.name} (the latest under {runs_dir}/; pass RUN to choose)")
+    return RunSource.open(run_dir)
+
+
+def runs(runs_dir: Path) -> list[dict[str, Any]]:
+    """Every run directory under runs_dir, newest first, as run shapes."""
+    return run_summaries(runs_dir)
+
+
+def filter_episodes(episodes: list[EpisodeSummary], round_index: int | None = None, status: str | None = None,
+                    task: str | None = None, outcome: str | None = None) -> list[EpisodeSummary]:
+    return [s for s in episodes
+            if (round_index is None or s.round_index == round_index) and (status is None or s.episode.status == status)
+            and (task is None or s.episode.task_id == task) and (outcome is None or s.episode.outcome == outcome)]
+
+
+def list_episodes(run: str | None, runs_dir: Path, round_index: int | None = None, status: str | None = None,
+                  task: str | None = None, outcome: str | None = None) -> list[dict[str, Any]]:
+    with _open(run, runs_dir) as src:
+        episodes = filter_episodes(src.store.episode_summaries(), round_index, status, task, outcome)
+        return [shapes.episode_json(s, src.run_name(s.episode.run_id)) for s in episodes]
+
+
+def _find(ident: str, run: str | None, runs_dir: Path) -> tuple[RunSource, str]:
+    """The run holding episode or call `ident`: RUN's when given, else the first run directory that has it."""
+    candidates = [resolve_run_dir(run, runs_dir)] if run else run_dirs(runs_dir)
+    for run_dir in candidates:
+        src = RunSource.open(run_dir)
+        if src.store.get_episode(ident) is not None:
+            return src, "episode"
+        if ident.startswith("call") and src.store.call_summaries_by_id([ident]):
+            return src, "call"
+        src.close()
+    where = f"run {run}" if run else f"any run under {runs_dir}/"
+    raise AlightError(f"no episode or call {ident!r} in {where}",
+                      hint="ids come from `alight inspect list` (episodes) and `alight inspect show EPISODE` (calls)")
+
+
+def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
+    summary = next(s for s in src.store.episode_summaries_by_id([episode_id]))
+    calls = src.store.call_summaries(episode_id)
+    out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))
+    out["calls"] = [shapes.call_json(c) for c in calls]
+    out["rows"] = merge_rows(calls).to_json()
+    out["calls_with_ids"] = sum(1 for c in calls if c.prompt_len is not None)
+    return out
+
+
+def show_call(src: RunSource, call_id: str, raw: bool) -> dict[str, Any]:
+    summary = src.store.call_summaries_by_id([call_id])[0]
+    call = src.store.get_call(call_id)
+    return shapes.call_detail_json(summary, call, raw=raw)
+
+
+def show(ident: str, run: str | None, runs_dir: Path, as_json: bool, raw: bool, full: bool) -> str | dict[str, Any]:
+    """`show EPISODE_OR_CALL`: the JSON object, or its text rendering."""
+    src, kind = _find(ident, run, runs_dir)
+    with src:
+        if kind == "episode":
+            data = show_episode(src, ident)
+            return data if as_json else text.episode_text(data)
+        data = show_call(src, ident, raw)
+        if as_json:
+            return data
+        if raw:
+            r = data["raw"]
+            return "\n".join(f"── {name}\n{r[name] if isinstance(r[name], str) else r[name]}"
+                             for name in ("client_request", "response", "upstream_request", "upstream_response")) + "\n"
+        return text.call_text(data, full=full)
+
+
+def export(run: str | None, runs_dir: Path, fmt: str, out: Path | None, round_index: int | None = None) -> int:
+    from agentlightning_cli.inspect.export import open_output, write_jsonl
+    from agentlightning_cli.inspect.har import write_har
+
+    if fmt not in ("har", "jsonl"):
+        raise AlightError(f"unknown export format {fmt!r}", hint="use --format har or --format jsonl")
+    with _open(run, runs_dir) as src:
+        episodes = filter_episodes(src.store.episode_summaries(), round_index)
+        stream = open_output(out)
+        try:
+            count = (write_har if fmt == "har" else write_jsonl)(src, episodes, stream)
+        finally:
+            if out is not None:
+                stream.close()
+            else:
+                stream.flush()
+    if out is not None:
+        _note(f"wrote {count} calls to {out} ({fmt})")
+    return count
+
+
+def stats(run: str | None, runs_dir: Path, plot: Path | None = None) -> dict[str, Any]:
+    from agentlightning_cli.inspect.stats import run_stats
+
+    with _open(run, runs_dir) as src:
+        rounds = src.store.list_rounds(src.run.id) if src.run else []
+        steps = src.store.list_train_steps(src.run.id) if src.run else []
+        data = run_stats(src.name, rounds, src.store.episode_summaries(), steps)
+    if plot is not None:
+        from agentlightning_cli.inspect.plot import write_plot
+
+        write_plot(data, plot)
+        _note(f"wrote {plot}")
+    return data
+
+
+def browse(run: str | None, runs_dir: Path) -> None:
+    """The interactive app (Textual, imported only now): the run's episodes, or the list of runs without RUN."""
+    from agentlightning_cli.inspect.app import InspectApp
+
+    run_dir = resolve_run_dir(run, runs_dir) if run else None
+    if run_dir is None and not run_dirs(runs_dir):
+        resolve_run_dir(None, runs_dir)  # raises the "no runs" error with its hint
+    InspectApp(run_dir, runs_dir=runs_dir).run()

@@ -1,0 +1,131 @@
+"""One call: the conversation the client sent (system/user/assistant/tool turns, tool calls and results), the
+reply, finish reason, tokens, timings, the adapter that served it and what translation dropped. Per-token
+logprobs (`l`) and the raw bodies (`w`) on demand.
+
+Long messages render lazily: each turn shows its first 2,000 characters until `e` expands them, so a 100 kB+
+prompt does not stall the screen; the logprob table is built only when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from agentlightning_cli.inspect.app import Scrolling
+from agentlightning_cli.inspect.shapes import call_detail_json
+from agentlightning_cli.inspect.source import RunSource
+from agentlightning_cli.inspect.text import cell
+
+PREVIEW_CHARS = 2000
+_ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow", "error": "red"}
+
+
+def turn_widget(turn: dict[str, Any], expanded: bool) -> Static:
+    head = turn["role"] + ("" if turn["kind"] == "text" else f" · {turn['kind'].replace('_', ' ')}")
+    if turn.get("name"):
+        head += f" {turn['name']}"
+    if turn.get("call_id"):
+        head += f"  [{turn['call_id']}]"
+    body = turn["text"]
+    more = ""
+    if not expanded and len(body) > PREVIEW_CHARS:
+        more = f"\n… {len(body) - PREVIEW_CHARS:,} more characters (e expands)"
+        body = body[:PREVIEW_CHARS]
+    text = Text.assemble((f"── {head}\n", f"bold {_ROLE_STYLE.get(turn['role'], '')}"), body, (more, "dim"))
+    return Static(text, classes=f"turn {turn['kind']}")
+
+
+class CallScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("l", "logprobs", "logprobs"),
+                Binding("w", "raw", "raw bodies"), Binding("e", "expand", "expand")]
+    DEFAULT_CSS = "#head { height: auto; padding: 0 1; border-bottom: solid $primary; } .turn { padding: 0 1 1 1; } #extra { padding: 0 1; }"
+
+    def __init__(self, source: RunSource, call_id: str):
+        super().__init__()
+        self.source = source
+        self.call_id = call_id
+        self.expanded = False
+        self.showing: str | None = None  # None | "logprobs" | "raw"
+        self.detail: dict[str, Any] = {}
+
+    def compose(self):
+        yield Static(id="head")
+        yield Scrolling(id="body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        store = self.source.store
+        summary = store.call_summaries_by_id([self.call_id])[0]
+        self.detail = call_detail_json(summary, store.get_call(self.call_id), raw=True)
+        c = self.detail
+        ttfb, dur = cell(c["ttfb_s"]), cell(c["duration_s"])
+        lines = [Text.assemble((f"call {c['seq']}", "bold"), f"  {c['id']}  {c['method']} {c['path']}  {c['protocol']}"
+                               f"{'  streamed' if c['stream'] else ''}"),
+                 Text(f"status {c['status']} (HTTP {c['http_status']})  finish {cell(c['finish_reason'])}  tokens"
+                      f" {cell(c['prompt_tokens'])} prompt + {cell(c['completion_tokens'])} sampled  ttfb {ttfb} s"
+                      f"  duration {dur} s"),
+                 Text(f"model asked {cell(c['client_model'])} → served by adapter {cell(c['model'])}  sampling"
+                      f" {json.dumps(c['sampling']) if c['sampling'] else '-'}  tools {', '.join(c['tools']) or '-'}")]
+        if c["dropped"]:
+            lines.append(Text(f"dropped by translation (recorded, not sent): {json.dumps(c['dropped'])}", style="yellow"))
+        if c["error"]:
+            lines.append(Text(f"error: {c['error']}", style="red"))
+        self.query_one("#head", Static).update(Text("\n").join(lines))
+        self.sub_title = f"{len(c['messages'])} turns sent · l logprobs · w raw · e expand"
+        self.render_body()
+        self.query_one("#body", Scrolling).focus()
+
+    def render_body(self) -> None:
+        body = self.query_one("#body", Scrolling)
+        body.remove_children()
+        c = self.detail
+        widgets = [turn_widget(t, self.expanded) for t in c["messages"]]
+        widgets.append(Static(Text("═══ reply", style="bold"), classes="turn"))
+        widgets += [turn_widget(t, self.expanded) for t in c["reply"]] or [Static("(no reply)", classes="turn")]
+        if self.showing == "logprobs":
+            widgets.append(Static(self._logprobs(), id="extra"))
+        elif self.showing == "raw":
+            widgets.append(Static(self._raw(), id="extra"))
+        body.mount_all(widgets)
+
+    def _logprobs(self) -> Text:
+        raw = self.detail["raw"]
+        ids, logprobs = raw["completion_token_ids"] or [], raw["completion_logprobs"] or []
+        if not ids:
+            return Text("no completion token ids recorded for this call", style="dim")
+        lines = [Text(f"per-token logprobs: {len(ids)} sampled tokens (token id  logprob)", style="bold")]
+        for i, (tok, lp) in enumerate(zip(ids, logprobs + [None] * (len(ids) - len(logprobs)))):
+            lines.append(Text(f"{i:>5}  {tok:>8}  {'-' if lp is None else f'{lp:.5f}'}"))
+        return Text("\n").join(lines)
+
+    def _raw(self) -> Text:
+        raw = self.detail["raw"]
+        parts = []
+        for name in ("client_headers", "client_request", "response", "upstream_request", "upstream_response"):
+            value = raw[name]
+            shown = value if isinstance(value, str) else json.dumps(value)
+            if not self.expanded and shown and len(shown) > 20 * PREVIEW_CHARS:
+                shown = shown[:20 * PREVIEW_CHARS] + f"\n… {len(shown) - 20 * PREVIEW_CHARS:,} more characters"
+            parts.append(Text.assemble((f"── {name}\n", "bold"), shown or "-"))
+        return Text("\n").join(parts)
+
+    def _toggle(self, what: str) -> None:
+        self.showing = None if self.showing == what else what
+        self.render_body()
+        if self.showing:
+            self.query_one("#body", Scrolling).scroll_end(animate=False)
+
+    def action_logprobs(self) -> None:
+        self._toggle("logprobs")
+
+    def action_raw(self) -> None:
+        self._toggle("raw")
+
+    def action_expand(self) -> None:
+        self.expanded = not self.expanded
+        self.render_body()

@@ -1,0 +1,136 @@
+"""One episode: what it was (task, outcome, reward, error), its calls in order with a preview of each reply, and
+on `t` the training rows its calls make by token-prefix merge (where and why a new row starts)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from agentlightning_cli.inspect.conversation import reply_turns
+from agentlightning_cli.inspect.paged_table import PagedTable
+from agentlightning_cli.inspect.rows import merge_rows
+from agentlightning_cli.inspect.shapes import episode_duration
+from agentlightning_cli.inspect.source import RunSource
+from agentlightning_cli.inspect.text import cell
+from agentlightning_cli.store import CallSummary
+
+COLUMNS = ["seq", "protocol", "status", "stream", "adapter", "prompt", "sampled", "finish", "ttfb s", "dur s", "row",
+           "reply"]
+
+
+def preview(turns: list[Any]) -> str:
+    """One line for the call list: the tool calls it made, else the start of its text."""
+    calls = [f"{t.name}({t.text[:60]})" for t in turns if t.kind == "tool_call"]
+    if calls:
+        return "→ " + "; ".join(calls)
+    text = " ".join(t.text for t in turns if t.kind in ("text", "raw")).replace("\n", " ")
+    return text[:100]
+
+
+class EpisodeScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("t", "rows", "training rows"),
+                Binding("ctrl+r", "reload", "re-read")]
+    DEFAULT_CSS = "#episode { height: auto; padding: 0 1; } #rows { height: auto; max-height: 50%; padding: 0 1; display: none; } #rows.shown { display: block; }"
+
+    def __init__(self, source: RunSource, episode_id: str):
+        super().__init__()
+        self.source = source
+        self.episode_id = episode_id
+        self.loaded = False
+        self.calls: list[CallSummary] = []
+        self._version: int | None = None
+
+    def compose(self):
+        yield Static(id="episode")
+        yield PagedTable(COLUMNS, self._row, key=lambda c: c.id, id="calls")
+        yield Static(id="rows")
+        yield Footer()
+
+    @property
+    def table(self) -> PagedTable:
+        return self.query_one("#calls", PagedTable)
+
+    def on_mount(self) -> None:
+        self.reload()
+        self.table.focus()
+        self.set_interval(self.app.REFRESH_S, self.poll)
+
+    def poll(self) -> None:
+        if self.source.store.data_version() != self._version:
+            self.reload()
+
+    def reload(self) -> None:
+        store = self.source.store
+        self._version = store.data_version()
+        found = store.episode_summaries_by_id([self.episode_id])
+        if not found:
+            self.query_one("#episode", Static).update(f"episode {self.episode_id} is not in this run")
+            return
+        summary = found[0]
+        self.calls = store.call_summaries(self.episode_id)
+        # Reply previews need only the response bodies: plain frames, one small decode each.
+        responses = store.call_responses(self.episode_id)
+        self._previews = {c.seq: preview(reply_turns(c.protocol, responses.get(c.seq), c.stream)) for c in self.calls}
+        self._rows = merge_rows(self.calls)
+        self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
+        e = summary.episode
+        lines = [Text.assemble((e.id, "bold"), f"  round {cell(summary.round_index)}  task {cell(e.task_id)}"
+                               f"  attempt {e.attempt}  harness {cell(e.harness)}"),
+                 Text(f"status {e.status}  outcome {cell(e.outcome)}  reward {cell(e.reward)}  exit code"
+                      f" {cell(e.exit_code)}  duration {cell(episode_duration(summary))} s  calls {summary.calls}"
+                      f" ({summary.failed_calls} failed)  tokens {summary.prompt_tokens} prompt +"
+                      f" {summary.completion_tokens} sampled  rows {len(self._rows.rows)}")]
+        if e.error:
+            lines.append(Text(f"error: {e.error}", style="red"))
+        if e.reward_detail:
+            lines.append(Text(f"reward detail: {json.dumps(e.reward_detail)[:300]}"))
+        self.query_one("#episode", Static).update(Text("\n").join(lines))
+        current = self.table.current() if self.table.items else None
+        self.table.show_items(self.calls, keep_key=current.id if current else None)
+        self.query_one("#rows", Static).update(self._rows_text(summary.round_index, e.run_id))
+        self.sub_title = f"{len(self.calls)} calls · enter opens one · t training rows"
+        self.loaded = True
+
+    def _row(self, c: CallSummary) -> list[Any]:
+        status = Text(c.status, style="" if c.status == "ok" else "red")
+        ttfb = None if c.first_byte_at is None else c.first_byte_at - c.started_at
+        return [str(c.seq), c.protocol, status, "yes" if c.stream else "", cell(c.model), cell(c.prompt_len),
+                cell(c.completion_len), cell(c.finish_reason), cell(ttfb), cell(c.ended_at - c.started_at),
+                cell(self._row_of.get(c.seq)), self._previews.get(c.seq, "")]
+
+    def _rows_text(self, round_index: int | None, run_id: str | None) -> Text:
+        rows = self._rows
+        out = [Text(f"training rows by strict token-prefix merge: {len(rows.rows)} rows for"
+                    f" {sum(len(r.calls) for r in rows.rows)} calls", style="bold")]
+        for row in rows.rows:
+            if row.break_reason:
+                out.append(Text(f"  ✂ {row.break_reason}", style="yellow"))
+            out.append(Text(f"  row {row.index}: calls {', '.join(map(str, row.calls))} — {row.tokens} tokens,"
+                            f" {row.sampled} sampled"))
+        for seq, why in sorted(rows.skipped.items()):
+            out.append(Text(f"  call {seq} trains nothing: {why}", style="dim"))
+        trained = (self.source.store.get_train_round(run_id, round_index)
+                   if run_id is not None and round_index is not None else None)
+        if trained is not None:
+            out.append(Text(f"round {round_index} training: {trained.rows} rows from {trained.calls} calls"
+                            f" ({trained.merge_rule} merge), breaks {json.dumps(trained.break_reasons)},"
+                            f" dropped {json.dumps(trained.dropped)}"))
+        return Text("\n").join(out)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        from agentlightning_cli.inspect.call_view import CallScreen
+
+        chosen = self.table.current()
+        if chosen is not None:
+            self.app.push_screen(CallScreen(self.source, chosen.id))
+
+    def action_rows(self) -> None:
+        self.query_one("#rows", Static).toggle_class("shown")
+
+    def action_reload(self) -> None:
+        self.reload()

@@ -1,0 +1,124 @@
+"""Plain-text views for the terminal: aligned columns built with str methods (10,000 rows in a few ms; a rich
+table of that size takes seconds), an episode with its calls and rows, a call's conversation, round stats."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from agentlightning_cli.inspect.stats import sparkline
+
+_EPISODE_COLUMNS = [("id", "id"), ("round", "round"), ("task", "task_id"), ("att", "attempt"), ("harness", "harness"),
+                    ("status", "status"), ("outcome", "outcome"), ("reward", "reward"), ("calls", "calls"),
+                    ("tokens", "tokens"), ("dur s", "duration_s")]
+_CALL_COLUMNS = [("seq", "seq"), ("protocol", "protocol"), ("status", "status"), ("http", "http_status"),
+                 ("stream", "stream"), ("model", "model"), ("prompt", "prompt_tokens"), ("compl", "completion_tokens"),
+                 ("finish", "finish_reason"), ("ttfb s", "ttfb_s"), ("dur s", "duration_s")]
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(line.format(*r).rstrip() for r in [headers, *rows]) + "\n"
+
+
+def episodes_table(episodes: list[dict[str, Any]]) -> str:
+    rows = [[cell(e["prompt_tokens"] + e["completion_tokens"] if key == "tokens" else e[key])
+             for _, key in _EPISODE_COLUMNS] for e in episodes]
+    return table([h for h, _ in _EPISODE_COLUMNS], rows)
+
+
+def calls_table(calls: list[dict[str, Any]]) -> str:
+    return table([h for h, _ in _CALL_COLUMNS], [[cell(c[key]) for _, key in _CALL_COLUMNS] for c in calls])
+
+
+def when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def episode_text(ep: dict[str, Any]) -> str:
+    lines = [f"episode {ep['id']}  run {ep['run']}  round {cell(ep['round'])}",
+             f"task {cell(ep['task_id'])}  attempt {ep['attempt']}  harness {cell(ep['harness'])}",
+             f"status {ep['status']}  outcome {cell(ep['outcome'])}  reward {cell(ep['reward'])}"
+             f"  exit code {cell(ep['exit_code'])}",
+             f"started {when(ep['started_at'])}  duration {cell(ep['duration_s'])} s  calls {ep['calls']}"
+             f" ({ep['failed_calls']} failed)  tokens {ep['prompt_tokens']} prompt + {ep['completion_tokens']} sampled"]
+    if ep["error"]:
+        lines.append(f"error: {ep['error']}")
+    if ep["reward_detail"]:
+        lines.append(f"reward detail: {json.dumps(ep['reward_detail'])}")
+    out = "\n".join(lines) + "\n\n" + calls_table(ep["calls"])
+    rows = ep["rows"]
+    out += f"\ntraining rows (strict token-prefix merge): {len(rows['rows'])} for {ep['calls_with_ids']} calls\n"
+    for row in rows["rows"]:
+        calls = ", ".join(str(s) for s in row["calls"])
+        out += f"  row {row['index']}: calls {calls}  {row['tokens']} tokens, {row['sampled']} sampled\n"
+        if row["break"]:
+            out += f"    new row: {row['break']['reason']}\n"
+    for skip in rows["skipped"]:
+        out += f"  call {skip['call']} not trained: {skip['reason']}\n"
+    return out
+
+
+def turn_text(turn: dict[str, Any], limit: int | None = 2000) -> str:
+    head = turn["role"] + ("" if turn["kind"] == "text" else f" · {turn['kind'].replace('_', ' ')}")
+    if turn.get("name"):
+        head += f" {turn['name']}"
+    if turn.get("call_id"):
+        head += f" [{turn['call_id']}]"
+    text = turn["text"]
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n… {len(text) - limit:,} more characters (--full shows all)"
+    return f"── {head}\n{text}\n"
+
+
+def call_text(call: dict[str, Any], full: bool = False) -> str:
+    c = call
+    lines = [f"call {c['id']}  episode {c['episode_id']}  seq {c['seq']}",
+             f"{c['method']} {c['path']}  protocol {c['protocol']}  stream {cell(c['stream'])}  status {c['status']}"
+             f" (HTTP {c['http_status']})",
+             f"model {cell(c['client_model'])} -> adapter {cell(c['model'])}  finish {cell(c['finish_reason'])}",
+             f"tokens {cell(c['prompt_tokens'])} prompt + {cell(c['completion_tokens'])} sampled  ttfb"
+             f" {cell(c['ttfb_s'])} s  duration {cell(c['duration_s'])} s",
+             f"tools offered: {', '.join(c['tools']) or '-'}"]
+    if c["dropped"]:
+        lines.append(f"dropped by translation: {json.dumps(c['dropped'])}")
+    if c["sampling"]:
+        lines.append(f"sampling: {json.dumps(c['sampling'])}")
+    if c["error"]:
+        lines.append(f"error: {c['error']}")
+    limit = None if full else 2000
+    body = "".join(turn_text(t, limit) for t in c["messages"])
+    reply = "".join(turn_text(t, limit) for t in c["reply"]) or "(no reply)\n"
+    return "\n".join(lines) + "\n\n" + body + "\n═══ reply\n" + reply
+
+
+def stats_text(stats: dict[str, Any]) -> str:
+    rounds = stats["rounds"]
+    headers = ["round", "episodes", "reward mean", "± std", "pass@1", "pass@k", "k", "outcomes", "tokens", "loss"]
+    rows = []
+    for r in rounds:
+        outcomes = " ".join(f"{k}:{v}" for k, v in sorted(r["outcomes"].items()))
+        loss = r["train"]["loss_last"] if r["train"] else None
+        rows.append([cell(r["round"]), str(r["episodes"]), cell(r["reward_mean"]), cell(r["reward_std"]),
+                     cell(r["pass_at_1"]), cell(r["pass_at_k"]), str(r["k"]), outcomes,
+                     str(r["prompt_tokens"] + r["completion_tokens"]), cell(loss)])
+    indexed = [r for r in rounds if r["round"] is not None]
+    out = f"run {stats['run']}\n" + table(headers, rows)
+    out += f"\nreward per round  {sparkline([r['reward_mean'] for r in indexed], 0.0, None)}"
+    out += f"   pass@1 per round  {sparkline([r['pass_at_1'] for r in indexed], 0.0, 1.0)}\n"
+    losses = [s["loss"] for s in stats["train_steps"]]
+    if losses:
+        out += f"loss per step     {sparkline(losses[-60:])}  ({len(losses)} steps; last {cell(losses[-1])})\n"
+    return out
