@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from agentlightning_cli import __version__
 from agentlightning_cli.errors import AlightError
@@ -259,6 +260,119 @@ def run_command(
         max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror)
     run_and_report(opts, as_json)
+
+
+# `alight inspect [RUN]` opens the browser; `alight inspect list|show|export|stats|runs ...` are the scripted views.
+# A group cannot also take an optional RUN argument (it would swallow the subcommand's name), so a first word
+# that is not a subcommand is read as RUN for the hidden `browse` command.
+class _InspectGroup(TyperGroup):
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        if not args or (args[0] not in self.commands and not args[0].startswith("-")):
+            args = ["browse", *args]
+        return super().parse_args(ctx, args)
+
+
+inspect_app = typer.Typer(cls=_InspectGroup, help="Browse runs, episodes and calls (interactive, or list/show/"
+                          "export/stats for scripts): `alight inspect [RUN]` opens the browser.")
+app.add_typer(inspect_app, name="inspect")
+RunArg = Annotated[Optional[str], typer.Argument(help="Run name under runs_dir, or a run directory (default: the latest run).")]
+
+
+def _runs_dir() -> Path:
+    from agentlightning_cli.config import load_settings
+
+    return Path(load_settings().runs_dir)
+
+
+@inspect_app.command("browse", hidden=True)
+def inspect_browse(run: RunArg = None) -> None:
+    """The interactive browser: runs → episodes → calls (q quits, ? lists the keys)."""
+    from agentlightning_cli.commands.inspect import browse
+
+    browse(run, _runs_dir())
+
+
+@inspect_app.command("runs")
+def inspect_runs(as_json: JsonFlag = False) -> None:
+    """List the runs under runs_dir, newest first: status, rounds, episodes."""
+    from agentlightning_cli.commands.inspect import runs
+    from agentlightning_cli.inspect.text import cell, table, when
+
+    rows = runs(_runs_dir())
+    if as_json:
+        emit_json(rows)
+        return
+    typer.echo(table(["run", "status", "rounds", "episodes", "created", "dir"], [
+        [r["name"], r["status"], cell(r["rounds"]), cell(r["episodes"]), when(r["created_at"]), r["dir"]] for r in rows]),
+        nl=False)
+
+
+@inspect_app.command("list")
+def inspect_list(
+    run: RunArg = None,
+    round_index: Annotated[Optional[int], typer.Option("--round", help="Only this round (0, 1, ...).")] = None,
+    status: Annotated[Optional[str], typer.Option(help="Only episodes with this status (done, failed, ...).")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Only this task id.")] = None,
+    outcome: Annotated[Optional[str], typer.Option(help="Only this outcome (finished, timeout, ...).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List a run's episodes: task, attempt, harness, status, outcome, reward, calls, tokens, duration."""
+    from agentlightning_cli.commands.inspect import list_episodes
+    from agentlightning_cli.inspect.text import episodes_table
+
+    rows = list_episodes(run, _runs_dir(), round_index, status, task, outcome)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        sys.stdout.write(episodes_table(rows))
+
+
+@inspect_app.command("show")
+def inspect_show(
+    ident: Annotated[str, typer.Argument(metavar="EPISODE_OR_CALL", help="An episode id (ep-...) or a call id (call-...).")],
+    run: Annotated[Optional[str], typer.Option(help="The run holding it (default: search every run).")] = None,
+    as_json: JsonFlag = False,
+    raw: Annotated[bool, typer.Option("--raw", help="A call's exact bodies, token ids and logprobs.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Print long messages whole instead of their start.")] = False,
+) -> None:
+    """Show an episode (its calls and training rows) or a call (the conversation, the reply, tokens, timings)."""
+    from agentlightning_cli.commands.inspect import show
+
+    out = show(ident, run, _runs_dir(), as_json, raw, full)
+    if as_json:
+        emit_json(out)
+    else:
+        sys.stdout.write(out)
+
+
+@inspect_app.command("export")
+def inspect_export(
+    run: RunArg = None,
+    fmt: Annotated[str, typer.Option("--format", help="har (HAR 1.2, one entry per call) or jsonl (one call a line, with token ids and logprobs).")] = "har",
+    out: Annotated[Optional[Path], typer.Option(help="File to write (default: stdout).")] = None,
+    round_index: Annotated[Optional[int], typer.Option("--round", help="Only this round.")] = None,
+) -> None:
+    """Export every call of a run as HAR (mitmproxy, browsers' devtools) or JSONL (for other trainers)."""
+    from agentlightning_cli.commands.inspect import export
+
+    export(run, _runs_dir(), fmt, out, round_index)
+
+
+@inspect_app.command("stats")
+def inspect_stats(
+    run: RunArg = None,
+    as_json: JsonFlag = False,
+    plot: Annotated[Optional[Path], typer.Option(help="Also draw reward per round and loss per step into this PNG (needs the plot extra).")] = None,
+) -> None:
+    """Per round: episodes, mean reward ± std, pass@1/pass@k per task, outcomes, tokens, training loss."""
+    from agentlightning_cli.commands.inspect import stats
+    from agentlightning_cli.inspect.text import stats_text
+
+    data = stats(run, _runs_dir(), plot)
+    if as_json:
+        emit_json(data)
+    else:
+        sys.stdout.write(stats_text(data))
 
 
 def main() -> None:
