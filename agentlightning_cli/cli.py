@@ -58,8 +58,16 @@ def _root(
     version: Annotated[
         Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = None,
+    log_level: Annotated[
+        Optional[str],
+        typer.Option("--log-level", help="debug, info, warning or error (default warning; env ALIGHT_LOG_LEVEL)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show progress: the same as --log-level info.")] = False,
 ) -> None:
     """alight trains the model behind a real, unmodified coding-agent harness with RL."""
+    from agentlightning_cli.logs import configure, resolve_level
+
+    configure(resolve_level(log_level, verbose))
 
 
 def emit_json(data: object) -> None:
@@ -173,11 +181,16 @@ def tasks_check(
 
 
 @harness_app.command("list")
-def harness_list(as_json: JsonFlag = False) -> None:
-    """List the shipped harness recipes, their protocol, pinned version and whether they are installed."""
+def harness_list(
+    recipes: Annotated[
+        Optional[list[str]], typer.Argument(help="Recipe files (or names) to list besides the shipped ones.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the shipped harness recipes (and any given), their protocol, version and whether they are installed."""
     from agentlightning_cli.commands.harness import list_harnesses
 
-    rows = list_harnesses()
+    rows = list_harnesses(extra=recipes)
     if as_json:
         emit_json(rows)
         return
@@ -186,7 +199,8 @@ def harness_list(as_json: JsonFlag = False) -> None:
 
     table = Table("name", "protocol", "version", "installed", "description")
     for r in rows:
-        table.add_row(r["name"], r["protocol"], r["version"], "yes" if r["installed"] else "no", r["description"])
+        installed = "external" if r["kind"] == "external" else "yes" if r["installed"] else "no"
+        table.add_row(r["name"], r["protocol"], r["version"], installed, r["description"])
     Console().print(table)
 
 
@@ -198,7 +212,8 @@ def harness_install(
     """Install a harness into its own folder under ALIGHT_HOME/harnesses/ (once; progress on stderr)."""
     from agentlightning_cli.commands.harness import install_harness
 
-    typer.echo(str(install_harness(name, force=force).dir))
+    found = install_harness(name, force=force)
+    typer.echo(str(found.executable if found.external else found.dir))
 
 
 @harness_app.command("check")

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.yaml_files import read_yaml
 
 ENV_PREFIX = "ALIGHT_"
 # Nested keys in the environment: ALIGHT_PROXY__PORT=8080 sets proxy.port.
@@ -148,7 +149,8 @@ class Settings(Section):
     """Caches: models, harness installs. ALIGHT_HOME."""
     runs_dir: Path = Path("runs")
     """Where run directories (runs/<name>/alight.db, logs, adapters) go."""
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    """What alight logs on stderr (ALIGHT_LOG_LEVEL; `--log-level` and `-v` override it). See logs.py."""
     serve: ServeSettings = Field(default_factory=ServeSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     harness: dict[str, HarnessOverride] = Field(default_factory=dict)
@@ -170,10 +172,7 @@ def project_config_path() -> Path:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise AlightError(f"{path}: not valid YAML: {exc}", "fix the syntax or remove the file") from exc
+    data = read_yaml(path)  # bad syntax and duplicate keys are errors naming the file and line(s)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -17,12 +17,6 @@ class AlightError(Exception):
         return self.message if not self.hint else f"{self.message} ({self.hint})"
 
 
-class UsageError(AlightError):
-    """Bad command-line usage: exit code 2, like Click's own usage errors."""
-
-    exit_code = 2
-
-
 def upstream_error_message(raw: bytes | str, limit: int = 500) -> str:
     """The human message inside an OpenAI-style error body (`{"error": {"message": ...}}`, as vLLM answers), or
     the text itself; at most `limit` characters. Shared by the proxy and the vLLM client (serve/)."""

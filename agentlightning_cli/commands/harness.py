@@ -74,20 +74,26 @@ def _override(settings: Settings, name: str) -> tuple[str | None, str | None, fl
     return (o.python, o.version, o.timeout_s) if o else (None, None, None)
 
 
-def list_harnesses(settings: Settings | None = None) -> list[dict[str, Any]]:
+def list_harnesses(settings: Settings | None = None, extra: list[str] | None = None) -> list[dict[str, Any]]:
+    """The shipped recipes, then each recipe named in `extra` (a path or a name)."""
     settings = settings or load_settings()
-    rows = []
-    for name, path in recipes.available().items():
-        recipe = recipes.load_path(path)
-        _, version, _ = _override(settings, name)
-        found = installs.layout(recipe, settings.home, version)
-        rows.append({
-            "name": name, "description": recipe.description, "protocol": recipe.protocol,
-            "kind": recipe.install.kind, "package": recipe.install.package, "version": found.version,
-            "installed": installs.is_installed(recipe, settings.home, version), "install_dir": str(found.dir),
-            "recipe": str(path), "max_turns": recipe.max_turns,
-        })
-    return rows
+    found_recipes = [recipes.load_path(path) for path in recipes.available().values()]
+    found_recipes += [recipes.load(name) for name in extra or []]
+    return [_row(recipe, settings) for recipe in found_recipes]
+
+
+def _row(recipe: Recipe, settings: Settings) -> dict[str, Any]:
+    _, version, _ = _override(settings, recipe.name)
+    found = installs.layout(recipe, settings.home, version)
+    spec = recipe.install
+    return {
+        "name": recipe.name, "description": recipe.description, "protocol": recipe.protocol,
+        "kind": spec.kind if spec else installs.EXTERNAL, "package": spec.package if spec else None,
+        "version": found.version, "installed": installs.is_installed(recipe, settings.home, version),
+        "install_dir": None if found.external else str(found.dir),
+        "command": str(found.executable) if found.external else recipe.command[0],
+        "recipe": recipe.source, "max_turns": recipe.max_turns, "env": recipe.shown_env(),
+    }
 
 
 def install_harness(name: str, force: bool = False, settings: Settings | None = None) -> installs.Installed:

@@ -16,6 +16,7 @@ Order and why:
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from agentlightning_cli.proxy.server import Proxy
     from agentlightning_cli.serve.policy import PolicyServer
     from agentlightning_cli.store import Store
+
+log = logging.getLogger("alight.lifecycle")
 
 DRAIN_TIMEOUT_S = 10.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -73,7 +76,9 @@ def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None) -> It
 
     print(f"starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
     with interrupt_on_term(), PolicyServer(settings, run_dir, model) as policy:
+        log.info("vLLM ready at %s serving %s as %s", policy.base_url, policy.model, policy.policy)
         yield policy
+        log.info("stopping vLLM")
 
 
 @asynccontextmanager
@@ -94,10 +99,12 @@ async def proxy_running(store: "Store", upstream_url: str, proxy_settings: Any, 
     except OSError as exc:
         raise AlightError(f"cannot listen on {proxy_settings.host}:{proxy_settings.port}: {exc.strerror or exc}",
                           "pick another --port (0 or none picks a free one)") from exc
+    log.info("proxy listening on %s -> %s", proxy.base_url, upstream_url)
     try:
         yield proxy
     finally:
         await proxy.stop()
+        log.info("proxy stopped")
 
 
 def stop_on_signals(stop: asyncio.Event) -> list[int]:

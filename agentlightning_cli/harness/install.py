@@ -1,5 +1,8 @@
 """Install a harness into its own folder under ALIGHT_HOME/harnesses/<name>-<version>/, once.
 
+A recipe without `install` is external: nothing is installed, and its program is found per episode
+(env.resolve_program).
+
 A venv recipe gets `<dir>/venv` built with a Python that meets the recipe's requirement; an npm recipe gets
 `npm install --prefix <dir>`. The marker file is written last, so an interrupted install is redone from
 scratch next time, and a file lock keeps concurrent installs (parallel tests, two shells) from colliding.
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.harness.env import harness_env
+from agentlightning_cli.harness.env import harness_env, resolve_program
 from agentlightning_cli.harness.recipe import Recipe, dummy_context
 
 MARKER = ".alight-install.json"
@@ -36,6 +39,11 @@ class Installed:
     bin_dir: Path
     executable: Path
     version: str
+    external: bool = False
+    """An external recipe: nothing installed; `executable` is the program as found now (or as written)."""
+
+
+EXTERNAL = "external"
 
 
 def harnesses_home(home: Path) -> Path:
@@ -43,7 +51,15 @@ def harnesses_home(home: Path) -> Path:
 
 
 def pinned_version(recipe: Recipe, version_override: str | None = None) -> str:
-    return version_override or recipe.install.version
+    return EXTERNAL if recipe.install is None else version_override or recipe.install.version
+
+
+def external_layout(recipe: Recipe) -> Installed:
+    program = recipe.command[0]
+    found = resolve_program(program, recipe.recipe_dir)  # a workspace-relative program is found per episode
+    executable = Path(found) if found else Path(program)
+    return Installed(recipe.recipe_dir, executable.parent if found else recipe.recipe_dir, executable, EXTERNAL,
+                     external=True)
 
 
 def install_dir(recipe: Recipe, home: Path, version_override: str | None = None) -> Path:
@@ -51,12 +67,16 @@ def install_dir(recipe: Recipe, home: Path, version_override: str | None = None)
 
 
 def layout(recipe: Recipe, home: Path, version_override: str | None = None) -> Installed:
+    if recipe.install is None:
+        return external_layout(recipe)
     base = install_dir(recipe, home, version_override)
     bin_dir = base / "venv" / "bin" if recipe.install.kind == "venv" else base / "node_modules" / ".bin"
     return Installed(base, bin_dir, bin_dir / recipe.install.bin, pinned_version(recipe, version_override))
 
 
 def is_installed(recipe: Recipe, home: Path, version_override: str | None = None) -> bool:
+    if recipe.install is None:
+        return True  # nothing to install
     found = layout(recipe, home, version_override)
     marker = found.dir / MARKER
     if not marker.is_file() or not found.executable.exists():
@@ -167,6 +187,9 @@ def _run(cmd: list[str], log) -> None:
 
 def verify(recipe: Recipe, found: Installed, log=lambda line: None) -> str:
     """Run the recipe's check command (e.g. `--version`); returns its first output line."""
+    if not recipe.check:
+        log("check: none (the recipe has no check command)")
+        return ""
     ctx = {**dummy_context(), "install_dir": str(found.dir), "bin_dir": str(found.bin_dir), "executable": str(found.executable)}
     argv = [recipe.render(part, ctx) for part in recipe.check]
     env = harness_env()
@@ -187,6 +210,9 @@ def install(recipe: Recipe, home: Path, *, python: str | None = None, version: s
             force: bool = False, log=lambda line: print(line, file=sys.stderr)) -> Installed:
     """Install once; returns at once when the marker says this version is already there."""
     found = layout(recipe, home, version)
+    if recipe.install is None:
+        log(f"nothing to install: {recipe.name} is external (it runs {recipe.command[0]!r} as it is)")
+        return found
     with _locked(found.dir.with_name(found.dir.name + ".lock")):
         if is_installed(recipe, home, version) and not force:
             log(f"{recipe.name} {found.version} already installed in {found.dir}")

@@ -9,6 +9,7 @@ exit, wall-clock timeout or a proxy budget signal; the whole process group is ki
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import shutil
@@ -19,11 +20,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentlightning_cli import process
+from agentlightning_cli.masking import masked_env
 from agentlightning_cli.harness.env import EpisodeSpec, episode_context, harness_env, resolve_program
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.outcome import EpisodeOutcome, judge, load_report
 from agentlightning_cli.harness.recipe import Recipe
 from agentlightning_cli.harness.sandboxed import open_box
+
+log = logging.getLogger("alight.harness")
 
 CallCounter = Callable[[str], "tuple[int, float | None]"]
 """episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
@@ -103,6 +107,8 @@ class HarnessEpisode:
         argv = [recipe.render(part, ctx) for part in recipe.command]
         if self.installed.external:  # on PATH, absolute, or relative to the recipe file or the workspace
             argv[0] = resolve_program(argv[0], recipe.recipe_dir, self.spec.workspace, env.get("PATH")) or argv[0]
+        log.debug("episode %s: %s with recipe env %s", self.spec.episode_id, argv[0],
+                  masked_env({k: env[k] for k in recipe.env if k in env}))
         return argv, env, stdin
 
     async def run(self) -> EpisodeOutcome:
@@ -172,6 +178,8 @@ class HarnessEpisode:
         outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
         outcome.first_call_s = round(first - started, 3) if first is not None else None
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
+        log.info("episode %s: %s%s (%d calls, %.1f s)", spec.episode_id, outcome.status,
+                 f" ({outcome.reason})" if outcome.reason else "", outcome.calls, outcome.wall_s)
         return outcome
 
     def _classify(self, outcome: EpisodeOutcome, ctx: dict, stdout_path: Path, stderr_path: Path, timed_out: bool, timeout: float) -> None:

@@ -6,7 +6,6 @@ so from the first request on, every call goes to an adapter name and never to th
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from agentlightning_cli.config import Settings
@@ -34,7 +33,6 @@ class PolicyServer:
         self.vllm = VLLMServer(self.model, settings.serve, self.run_dir / "logs" / "vllm.log", port=port)
         self.adapters: AdapterClient | None = None
         self.policy: str | None = None
-        self.adapter_load_s: float | None = None
 
     @property
     def base_url(self) -> str:
@@ -68,9 +66,7 @@ class PolicyServer:
         """Load a new round's adapter (a new directory) under a new name; returns the name. Unload old ones
         only after the proxy has drained requests that use them (see `unload`)."""
         name = policy_name(round_index)
-        t = time.monotonic()
         self.adapters.load(name, path)
-        self.adapter_load_s = time.monotonic() - t
         self.policy = name
         return name
 

@@ -63,17 +63,6 @@ class EpisodeCache:
         self._store(episode_id, state)
         return state
 
-    def committed(
-        self, episode_id: str, seq: int, call_id: str, ids: bytes | None, bodies: dict[str, BodyBase]
-    ) -> None:
-        """Record a call this process just committed, if it directly follows what the cache knows."""
-        with self._lock:
-            state = self._states.get(episode_id, EpisodeState() if seq == 0 else None)
-            if state is None or state.last_seq != seq - 1:
-                self._drop(episode_id)  # out of order (concurrent writers): re-read next time
-                return
-            self._set(episode_id, advance(state, seq, call_id, ids, bodies))
-
     def put(self, episode_id: str, state: EpisodeState) -> None:
         """Remember `state` (committed calls only; a stale state is caught up by `current`, never trusted)."""
         self._store(episode_id, state)

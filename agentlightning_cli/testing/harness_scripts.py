@@ -40,6 +40,8 @@ SHELL_TOOLS: dict[str, ShellTool] = {
         "bash", "command",
         finish={"tool_calls": [{"name": "bash", "arguments": {"command": MINI_SUBMIT}}]},
     ),
+    # testing/script_agent.py, the small agent an external recipe runs (finishes on a plain answer).
+    "script-agent": ShellTool("shell", "command"),
 }
 
 
@@ -61,7 +63,7 @@ def detect(body: dict) -> str | None:
     names = _advertised(body)
     if "terminal" in names and "finish" in names:
         return "openhands"
-    for harness in ("claude-code", "codex", "mini-swe-agent"):
+    for harness in ("claude-code", "codex", "mini-swe-agent", "script-agent"):
         if SHELL_TOOLS[harness].name in names:
             return harness
     return None
