@@ -90,3 +90,37 @@ def test_hidden_files_overwrite_the_agents_edits_and_never_follow_its_symlinks(t
     assert (ws / "tests" / "test_it.py").read_text() == "REAL TEST"
     assert not (ws / "conf").is_symlink() and (ws / "conf" / "settings.ini").read_text() == "REAL SETTINGS"
     assert list(outside.iterdir()) == []
+
+
+def test_swebench_reveal_runs_none_of_the_agents_git_config_on_the_host(tmp_path: Path) -> None:
+    from test_tasks_swebench import VENV_SETUP, git, write_set
+
+    mirror_dir, line = _mirror(tmp_path)
+    (task,) = load_tasks(write_set(tmp_path, {**line, "setup": [VENV_SETUP]}), swebench_mirror=mirror_dir)
+    ws = prepare_workspace(task, tmp_path / "ws", sandbox="bwrap")
+    ran = tmp_path / "ran-on-host"
+    # What an agent could plant: a hook, an fsmonitor command, a smudge filter for every file, and the tests
+    # folder swapped for a symlink to a host folder.
+    hook = ws / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}-hook\n")
+    hook.chmod(0o755)
+    git(ws, "config", "core.fsmonitor", f"touch {ran}-fsmonitor; false")
+    git(ws, "config", "filter.evil.smudge", f"sh -c 'touch {ran}-filter; cat'")
+    (ws / ".gitattributes").write_text("* filter=evil\n")
+    outside = tmp_path / "host-tests"
+    outside.mkdir()
+    import shutil
+
+    shutil.rmtree(ws / "tests")
+    (ws / "tests").symlink_to(outside)
+    reveal_hidden_files(task, ws)
+    assert not list(tmp_path.glob("ran-on-host*"))
+    assert list(outside.iterdir()) == []
+    assert not (ws / "tests").is_symlink() and "test_add_negative" in (ws / "tests" / "test_calc.py").read_text()
+
+
+def _mirror(tmp_path: Path):
+    """The SWE-bench tests' mirror fixture (a repo with a base and a fix commit), called directly."""
+    import test_tasks_swebench
+
+    return test_tasks_swebench.mirror.__wrapped__(tmp_path)

@@ -21,6 +21,8 @@ from agentlightning_cli.tasks.swebench import test_patch_paths
 
 GIT_IDENTITY = ["-c", "user.name=alight", "-c", "user.email=alight@localhost", "-c", "commit.gpgsign=false"]
 FETCH_TIMEOUT_S = 1800.0
+UNTRUSTED_REPO = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+"""For git commands in a workspace after the agent had it: none of its hooks or fsmonitor may run on the host."""
 
 
 def prepare_workspace(
@@ -83,22 +85,33 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
         return
     # Like SWE-bench's own harness: the test files go back to the base commit first, so an agent that edited
     # or deleted them can neither break the patch nor weaken the tests.
+    # The repository's .git is the agent's too: its config could name hooks, an fsmonitor or smudge filters that
+    # `git checkout` would run here, on the host. So the base version is read as a plain blob (no filters) and
+    # written by us, and every git call here turns hooks and fsmonitor off.
     for rel in test_patch_paths(task.swebench.test_patch):
-        exists = subprocess.run(
-            ["git", "cat-file", "-e", f"{task.base_commit}:{rel}"], cwd=workspace, capture_output=True, check=False
-        ).returncode == 0
-        if exists:
-            _git(task, workspace, "checkout", "-q", task.base_commit or "HEAD", "--", rel)
-        else:
-            (workspace / rel).unlink(missing_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".patch", delete=False, encoding="utf-8") as f:
-        f.write(task.swebench.test_patch)
-    try:
-        proc = subprocess.run(
-            ["git", "apply", "--whitespace=nowarn", f.name], cwd=workspace, capture_output=True, text=True
+        base = subprocess.run(
+            ["git", *UNTRUSTED_REPO, "cat-file", "blob", f"{task.base_commit or 'HEAD'}:{rel}"], cwd=workspace,
+            capture_output=True, check=False, env=_git_env(),
         )
-    finally:
-        Path(f.name).unlink(missing_ok=True)
+        target = workspace / rel
+        _real_dir(workspace, Path(rel).parent)
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.exists():
+            shutil.rmtree(target)
+        if base.returncode == 0:
+            target.write_bytes(base.stdout)
+    with tempfile.TemporaryDirectory(prefix="alight-apply-") as clean:
+        patch = Path(clean) / "test.patch"
+        patch.write_text(task.swebench.test_patch, encoding="utf-8")
+        # Applied with an empty repository of our own as GIT_DIR: the workspace's config (filter drivers that
+        # `git apply` would run while writing files) is not read at all.
+        subprocess.run(["git", "init", "-q", "--bare", str(Path(clean) / "git")], capture_output=True, check=True)
+        proc = subprocess.run(
+            ["git", *UNTRUSTED_REPO, "--git-dir", str(Path(clean) / "git"), "--work-tree", str(workspace),
+             "apply", "--whitespace=nowarn", str(patch)],
+            cwd=workspace, capture_output=True, text=True, env=_git_env(),
+        )
     if proc.returncode != 0:
         raise AlightError(f"task {task.id}: test_patch does not apply in {workspace}: {proc.stderr.strip()[-1500:]}")
 
