@@ -6,6 +6,7 @@ install.py  isolated installs (venv / npm) under ALIGHT_HOME/harnesses/, interpr
 outcome.py  judging how an episode ended from the harness's own report (EpisodeOutcome)
 runner.py   one launch: render, start in its own process group, bound by time and budget, stop, judge
 
-May import: store/, config, errors, process (below it). Never the proxy, serve/, commands/ or the CLI: the
-harness knows only the base URL and key it is handed.
+May import: sandbox/ (beside it: episodes run sandboxed), store/, config, errors, process, masking, yaml_files.
+Never the proxy, serve/, commands/ or the CLI: the harness knows only the base URL and key it is handed.
+Inside the room recipe.py imports nothing of the harness package; env.py only recipe.py.
 """

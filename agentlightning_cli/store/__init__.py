@@ -1,4 +1,8 @@
-"""The episode store: the only place with SQL. See store.py for the API and migrations.py for the schema."""
+"""The episode store: the only place with SQL. See store.py for the API and migrations.py for the schema.
+
+Bottom layer: may import only errors (and the standard library, orjson, zstandard); it knows nothing of HTTP,
+harnesses or training.
+"""
 
 from agentlightning_cli.store.calls import KeyframePolicy
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run, StoredCall

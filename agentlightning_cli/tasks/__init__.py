@@ -1,4 +1,9 @@
-"""Task sets: JSONL loading and validation (alight's own lines and SWE-bench's), workspaces, hidden files."""
+"""Task sets: JSONL loading and validation (alight's own lines and SWE-bench's), workspaces, hidden files, and
+the setup/reward shell (shell.py, its process group through process.py).
+
+May import: sandbox/ (setup and reward run sandboxed), store/, config, errors, process. Never the proxy, serve/,
+the harness package or commands/.
+"""
 
 from agentlightning_cli.tasks.load import TaskSetReport, check_task_file, load_tasks
 from agentlightning_cli.tasks.model import Problem, SwebenchSpec, Task
