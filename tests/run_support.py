@@ -35,21 +35,23 @@ def calc_task_set(root: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-def env_for_cli() -> dict[str, str]:
+def env_for_cli(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The CLI sees the shared harness installs (ALIGHT_HOME) and nothing of the developer's settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
+    env.update(extra or {})
     env["ALIGHT_HOME"] = str(harness_home())
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     return env
 
 
-def alight(args: list[str], cwd: Path, timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess:
-    return subprocess.run([*ALIGHT, *args], cwd=cwd, env=env_for_cli(), capture_output=True, text=True,
+def alight(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None,
+           **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run([*ALIGHT, *args], cwd=cwd, env=env_for_cli(env), capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
-def start_alight(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([*ALIGHT, *args], cwd=cwd, env=env_for_cli(), stdout=subprocess.PIPE,
+def start_alight(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([*ALIGHT, *args], cwd=cwd, env=env_for_cli(env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

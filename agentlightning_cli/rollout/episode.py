@@ -105,7 +105,8 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
     spec = EpisodeSpec(
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
         base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
-        run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s)
+        run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
+        proxy_socket=getattr(ctx.proxy, "unix_path", None))  # sandboxed episodes reach the proxy through it
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()
     try:
