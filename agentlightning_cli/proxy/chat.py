@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from agentlightning_cli.config import SamplingOverrides
+
 # vLLM-only fields (not in OpenAI's schema); prompt_token_ids, token_ids and prompt_logprobs stay only when asked.
 VLLM_TOP = ("prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics")
 VLLM_CHOICE = ("stop_reason", "routed_experts")
@@ -45,7 +47,7 @@ class ChatPlan:
     choice_drop: frozenset = frozenset()
 
 
-def plan_chat(body: dict, model: str, sampling: Any) -> ChatPlan:
+def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides) -> ChatPlan:
     """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, stream usage."""
     up = dict(body)
     up["model"] = model

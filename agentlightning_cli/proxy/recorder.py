@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from agentlightning_cli.store import CallRecord, Store
+
 log = logging.getLogger("alight.proxy")
 _STOP = object()
 # Records written per store transaction at most: bounds how long one write holds the GIL and the db lock.
@@ -38,7 +40,7 @@ INLINE_BYTES = 1 << 20
 
 
 class Recorder:
-    def __init__(self, store: Any, in_flight: Callable[[], int] | None = None, gather_s: float = GATHER_S):
+    def __init__(self, store: Store, in_flight: Callable[[], int] | None = None, gather_s: float = GATHER_S):
         self.store = store
         self.gather_s = gather_s
         # Requests that will each produce a record soon (the proxy's in-flight count); None: never wait.
@@ -53,7 +55,7 @@ class Recorder:
         self._queued = 0
         self._done = 0
         # Records written on the loop once the current gather window closes (write_soon), and its timer.
-        self._loop_batch: list[tuple[Any, asyncio.Future | None]] = []
+        self._loop_batch: list[tuple[CallRecord, asyncio.Future | None]] = []
         self._loop_flush: asyncio.Handle | None = None
         self._thread = threading.Thread(target=self._run, name="alight-recorder", daemon=True)
         self._thread.start()
@@ -62,7 +64,7 @@ class Recorder:
     def healthy(self) -> bool:
         return self.failure is None
 
-    def submit(self, record: Any) -> concurrent.futures.Future:
+    def submit(self, record: CallRecord) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._put((record, future))
         return future
@@ -72,7 +74,7 @@ class Recorder:
             self._queued += 1
         self._queue.put(item)
 
-    def write_soon(self, record: Any, waiter: asyncio.Future | None = None) -> None:
+    def write_soon(self, record: CallRecord, waiter: asyncio.Future | None = None) -> None:
         """From the event loop: add `record` to the batch being gathered; `waiter` (if any) gets the stored
         call's (id, seq) or the store's exception. With one request in flight the batch is written on the
         next loop iteration; with more, after `gather_s`, so the others' records share the transaction."""
@@ -207,7 +209,7 @@ class Recorder:
         self._thread.join(timeout)
 
 
-def _body_bytes(record: Any) -> int:
+def _body_bytes(record: CallRecord) -> int:
     return (len(record.client_request or b"") + len(record.upstream_request or b"") + len(record.response or b"")
             + len(record.upstream_response or b""))
 
