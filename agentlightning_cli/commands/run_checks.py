@@ -88,8 +88,7 @@ def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
     override = settings.harness.get(recipe.name)
     if override is not None and override.timeout_s:
         recipe = recipe.model_copy(update={"timeout_s": override.timeout_s})
-    if getattr(recipe, "install", None) is None:  # an external harness: nothing alight installs
-        return recipe, installs.external(recipe) if hasattr(installs, "external") else None
+    # An external recipe (no `install`) needs nothing installed: require_installed returns where its program is.
     return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
 
 

@@ -1,0 +1,78 @@
+"""`alight run --harness ./my-agent.yaml`: a recipe without `install` whose command is a Python script agent
+in the user's folder (c): one call to the model, then a file edit -> reward 1.0; its no-op twin -> 0.0; a
+recipe whose program does not exist fails its episodes (no_calls, still scored), not the run."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from tests import run_support as rs
+
+AGENT = '''#!/usr/bin/env python3
+import json, os, sys, urllib.request
+body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+answer = json.loads(urllib.request.urlopen(req, timeout=60).read())["choices"][0]["message"]["content"]
+if EDIT:
+    text = open("calc.py").read()
+    open("calc.py", "w").write(text.replace("a - b", "a + b"))
+print(json.dumps({"event": "finished", "answer": answer}))
+'''
+RECIPE = """\
+name: {name}
+description: a script agent kept next to the task set
+protocol: openai-chat
+command: ["{program}", "{{{{ prompt_file }}}}"]
+env:
+  OPENAI_BASE_URL: "{{{{ base_url }}}}"
+  OPENAI_API_KEY: "{{{{ api_key }}}}"
+timeout_s: 60
+outcome:
+  format: jsonl
+  require: {{event: finished}}
+"""
+
+
+def _recipe(folder, name: str, edit: bool | None):
+    program = f"./{name}.py"
+    if edit is not None:
+        path = folder / f"{name}.py"
+        path.write_text(AGENT.replace("EDIT", "True" if edit else "False"))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    recipe = folder / f"{name}.yaml"
+    recipe.write_text(RECIPE.format(name=name, program=program))
+    return recipe
+
+
+@pytest.mark.parametrize("name, edit, reward, outcome", [
+    ("fixer", True, 1.0, "finished"),
+    ("idler", False, 0.0, "finished"),
+    ("absent", None, 0.0, "no_calls"),
+])
+def test_external_script_agent(tmp_path, name, edit, reward, outcome):
+    tasks = rs.calc_task_set(tmp_path, [{"id": "calc", "prompt": "Fix add() in calc.py."}])
+    recipe = _recipe(tmp_path, name, edit)
+    with FakeVLLM(FakeScript(turns=["I will fix it."], served_models=["policy-r0"])) as fake:
+        out = tmp_path / "runs" / name
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(recipe), "--attempts", "2",
+                          "--upstream", fake.url, "--out", str(out), "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["statuses"] == {"done": 2} and summary["outcomes"] == {outcome: 2}
+    assert summary["tasks"][0]["mean_reward"] == reward
+    store, episodes = rs.read_store(out)
+    try:
+        for ep in episodes:
+            calls = store.get_calls(ep.id)
+            assert len(calls) == (0 if edit is None else 1)
+            assert all(c.prompt_token_ids and c.completion_token_ids for c in calls)
+            if edit is None:
+                assert "without a single LLM call" in ep.error, ep.error
+    finally:
+        store.close()
