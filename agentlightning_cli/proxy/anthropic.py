@@ -234,7 +234,7 @@ def _tools(body: dict, chat: dict, dropped: dict) -> None:
     if choice["type"] == "tool":
         if not isinstance(choice.get("name"), str):
             raise TranslationError("`tool_choice` of type tool needs a string `name`", "tool_choice.name")
-        mapped = {"type": "function", "function": {"name": choice["name"]}}
+        mapped: dict | str = {"type": "function", "function": {"name": choice["name"]}}
     else:
         mapped = _TOOL_CHOICES[choice["type"]]
     if apply_tool_choice(chat, mapped, "usable") and choice.get("disable_parallel_tool_use"):

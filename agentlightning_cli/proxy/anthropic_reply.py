@@ -17,7 +17,7 @@ from .sse import encode
 _THINKING, _TEXT = -2, -1  # kinds of the open content block; tool calls use their index (>= 0)
 
 
-def response_from_chat(chat: dict, *, client_model: str, request: dict) -> dict:
+def response_from_chat(chat: dict, *, client_model: str | None, request: dict) -> dict:
     """vLLM chat.completion JSON (non-stream) -> Anthropic Message JSON."""
     choices = chat.get("choices") or [{}]
     choice = choices[0]
@@ -180,7 +180,7 @@ class StreamTranslator(ChunkStream):
         return self._prompt_len, self._generated
 
     def _body(self, stop_reason, stop_sequence) -> dict:
-        content = []
+        content: list[dict] = []
         for kind, parts, call_id, name in self._blocks:
             if kind == _TEXT:
                 content.append({"type": "text", "text": "".join(parts)})

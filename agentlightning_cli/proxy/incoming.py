@@ -16,7 +16,7 @@ from agentlightning_cli.proxy.http_server import Request
 NESTING_LIMIT = 128
 
 # Fields a request of each protocol cannot do without.
-REQUIRED = {"openai-chat": ("messages", list), "anthropic-messages": ("messages", list),
+REQUIRED: dict[str, tuple[str, type | tuple[type, ...]]] = {"openai-chat": ("messages", list), "anthropic-messages": ("messages", list),
             "openai-responses": ("input", (str, list))}
 
 

@@ -18,7 +18,7 @@ from .sse import encode, encode_raw
 _REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
 
 
-def response_from_chat(chat: dict, *, client_model: str, request: dict) -> dict:
+def response_from_chat(chat: dict, *, client_model: str | None, request: dict) -> dict:
     """vLLM chat.completion JSON (non-stream) -> OpenAI Response JSON."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -56,7 +56,7 @@ def _status(finish_reason: str | None) -> str:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
-def build_response(base: str, created, model: str, request: dict, output: list, status: str,
+def build_response(base: str, created, model: str | None, request: dict, output: list, status: str,
                    usage_: dict | None, error: dict | None = None) -> dict:
     """The response object, echoing the request settings the OpenAI SDK's `Response` type carries."""
     return {

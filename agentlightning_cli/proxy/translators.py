@@ -41,7 +41,7 @@ class Translator(Protocol):
         ...
 
 
-TRANSLATORS: dict[str, Translator] = {
-    "anthropic-messages": anthropic,
-    "openai-responses": responses,
-}
+# Each module is checked against the Protocol here (a type checker matches a module's functions to its methods).
+_ANTHROPIC: Translator = anthropic
+_RESPONSES: Translator = responses
+TRANSLATORS: dict[str, Translator] = {anthropic.PROTOCOL: _ANTHROPIC, responses.PROTOCOL: _RESPONSES}
