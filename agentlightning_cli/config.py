@@ -45,6 +45,8 @@ class ServeSettings(Section):
     extra_args: list[str] = Field(default_factory=list)
     """Passed to vLLM's server unchanged, after alight's own flags."""
     startup_timeout_s: float = 300.0
+    adapter: Path | None = None
+    """A trained LoRA adapter directory served as policy-r0 instead of the zero one (`--adapter DIR`)."""
     chat_template: str = "auto"
     """model | training | PATH | auto. `training`: TRL's prefix-preserving training template for this model family
     (so multi-turn calls merge into one training row); `auto`: that one only when the model's own template is

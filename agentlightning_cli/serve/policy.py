@@ -6,9 +6,11 @@ so from the first request on, every call goes to an adapter name and never to th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from agentlightning_cli.config import Settings
+from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve.adapters import AdapterClient, make_adapter, policy_name
 from agentlightning_cli.serve.vllm import VLLMServer
 
@@ -33,6 +35,7 @@ class PolicyServer:
         self.vllm = VLLMServer(self.model, settings.serve, self.run_dir / "logs" / "vllm.log", port=port)
         self.adapters: AdapterClient | None = None
         self.policy: str | None = None
+        self.template_choice = None  # serve/template_choice.TemplateChoice once started
 
     @property
     def base_url(self) -> str:
@@ -49,8 +52,11 @@ class PolicyServer:
 
     def start(self) -> "PolicyServer":
         r0 = self.adapter_dir(0)
-        if not (r0 / "adapter_config.json").is_file():
+        if self.settings.serve.adapter is not None:
+            r0 = self._given_adapter(Path(self.settings.serve.adapter))
+        elif not (r0 / "adapter_config.json").is_file():
             make_adapter(self.model, r0, rank=self.settings.serve.max_lora_rank)
+        self._choose_template()
         self.vllm.start(warm_up=False)
         try:
             self.adapters = AdapterClient(self.vllm.base_url)
@@ -61,6 +67,28 @@ class PolicyServer:
             self.vllm.stop()
             raise
         return self
+
+    def _given_adapter(self, path: Path) -> Path:
+        """`--adapter DIR` (serve.adapter): a trained adapter served as policy-r0; vLLM's rank limit raised to fit."""
+        config = path / "adapter_config.json"
+        if not config.is_file() or not (path / "adapter_model.safetensors").is_file():
+            raise AlightError(f"--adapter {path}: no adapter_config.json + adapter_model.safetensors there",
+                              hint="give a directory `alight train` wrote (runs/NAME/adapters/round-N)")
+        rank = int(json.loads(config.read_text(encoding="utf-8")).get("r", 0))
+        if rank > self.settings.serve.max_lora_rank:
+            # vLLM accepts only these ranks for --max-lora-rank
+            self.settings.serve.max_lora_rank = min(r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
+        return path.resolve()
+
+    def _choose_template(self) -> None:
+        """serve.chat_template -> the --chat-template vLLM gets; the choice is written beside the run's store."""
+        from agentlightning_cli.serve.template_choice import choose_template
+
+        choice = choose_template(self.settings.serve.chat_template, self.model, self.run_dir)
+        self.vllm.chat_template = choice.path
+        self.template_choice = choice
+        record = {"choice": choice.choice, "path": str(choice.path) if choice.path else None, "reason": choice.reason}
+        (self.run_dir / "chat_template.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
     def load(self, round_index: int, path: Path) -> str:
         """Load a new round's adapter (a new directory) under a new name; returns the name. Unload old ones

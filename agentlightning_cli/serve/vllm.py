@@ -73,7 +73,8 @@ def check_model_dir(model: Path) -> None:
                           "pass --model PATH to a directory written by save_pretrained")
 
 
-def build_command(python: str, model: Path, port: int, settings: ServeSettings, host: str = "127.0.0.1") -> list[str]:
+def build_command(python: str, model: Path, port: int, settings: ServeSettings, host: str = "127.0.0.1",
+                  chat_template: Path | None = None) -> list[str]:
     cmd = [
         python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", settings.served_model_name,
@@ -92,6 +93,8 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         cmd += ["--kv-cache-memory-bytes", str(settings.kv_cache_bytes)]
     if settings.tensor_parallel_size is not None:
         cmd += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
+    if chat_template is not None:  # serve.chat_template (serve/template_choice.py); None: the model's own
+        cmd += ["--chat-template", str(chat_template)]
     return cmd + list(settings.extra_args)
 
 
@@ -114,8 +117,9 @@ class VLLMServer:
     """One vLLM server process. Use as a context manager, or call start() and stop()."""
 
     def __init__(self, model: Path, settings: ServeSettings, log_path: Path, port: int | None = None,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", chat_template: Path | None = None):
         self.model = Path(model).resolve()
+        self.chat_template = chat_template
         self.settings = settings
         self.log_path = Path(log_path)
         self.host = host
@@ -149,7 +153,7 @@ class VLLMServer:
             raise AlightError(f"port {self.port} on {self.host} is already in use",
                               "pick another with --port, or stop what is listening there")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = build_command(python, self.model, self.port, self.settings, self.host)
+        cmd = build_command(python, self.model, self.port, self.settings, self.host, self.chat_template)
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             log.flush()

@@ -135,7 +135,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     rows = adv.apply(rows, scored)
     previous = _previous_adapter(rnd.adapter_path)
     rank = _adapter_rank(previous) or default_rank(base_model, settings)
-    choice = _template_choice(run.config)
+    choice = _template_choice(Path(store.path).parent, run.config or {})
     log(f"training round {round_index}: {len(rows)} rows from {sum(len(r.call_ids) for r in rows)} calls of"
         f" {scored.episodes} episodes ({scored.groups} groups), merge={t.merge}, temperature={temperature},"
         f" LoRA rank {rank}{', continuing ' + str(previous) if previous else ''}")
@@ -199,8 +199,17 @@ def _adapter_rank(path: Path | None) -> int | None:
     return int(json.loads((path / "adapter_config.json").read_text())["r"])
 
 
-def _template_choice(config: dict[str, Any]) -> str | None:
-    return config.get("chat_template_choice") or (config.get("serve") or {}).get("chat_template")
+def _template_choice(run_dir: Path, config: dict[str, Any]) -> str | None:
+    """What vLLM rendered this run's prompts with: recorded by the policy server in run_dir/chat_template.json;
+    else the setting from the run's snapshot (a run served elsewhere)."""
+    import json
+
+    recorded = run_dir / "chat_template.json"
+    if recorded.is_file():
+        data = json.loads(recorded.read_text(encoding="utf-8"))
+        return data["choice"] if data.get("choice") != "path" else f"path:{data.get('path')}"
+    setting = (config.get("serve") or {}).get("chat_template")
+    return f"{setting} (setting)" if setting else None
 
 
 def _counts(counter: Counter) -> str:

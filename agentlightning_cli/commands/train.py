@@ -1,0 +1,98 @@
+"""`alight train [RUN]`: train a LoRA adapter on one round of a recorded run, outside `alight run --rounds`.
+
+Finds the run directory, the round (default: the last one with episodes), the base model (--base-model, else
+what the run served), then calls train/round_step.train_round and prints what went into the rows and why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.train.round_step import NothingToTrain, TrainReport, print_to_stderr, train_round
+
+
+def _pick_run(store: Any, run: str | None) -> Any:
+    runs = store.list_runs()
+    if not runs:
+        raise NothingToTrain(f"{store.path} holds no run", hint="record one with `alight run` or `alight serve`")
+    if run is not None:
+        named = store.get_run(Path(run).name)
+        if named is not None:
+            return named
+    return runs[-1]
+
+
+def base_model_for(settings: Any, run_row: Any, base_model: Path | None) -> Path:
+    """--base-model, else the model the run served (its settings snapshot), else the embedded tiny model."""
+    if base_model is not None:
+        return Path(base_model)
+    served = ((run_row.config or {}).get("serve") or {}).get("model")
+    if served:
+        return Path(served)
+    from agentlightning_cli.serve.tiny_model import tiny_model_dir
+
+    return tiny_model_dir(Path((run_row.config or {}).get("home") or settings.home))
+
+
+def train(settings: Any, run: str | None = None, round_index: int | None = None, base_model: Path | None = None,
+          out: Path | None = None, merge_to: Path | None = None,
+          log: Callable[[str], None] = print_to_stderr) -> TrainReport:
+    from agentlightning_cli.inspect.source import resolve_run_dir
+    from agentlightning_cli.store import Store
+
+    run_dir = resolve_run_dir(run, Path(settings.runs_dir))
+    with Store.open(run_dir) as store:
+        run_row = _pick_run(store, run)
+        rounds = store.list_rounds(run_row.id)
+        if not rounds:
+            raise NothingToTrain(f"run {run_row.name!r} has no rounds yet", hint="run some tasks first")
+        if round_index is None:
+            with_episodes = [r.index for r in rounds if store.list_episodes(run_id=run_row.id, round_id=r.id)]
+            if not with_episodes:
+                raise NothingToTrain(f"run {run_row.name!r} has no episodes in any round", hint="run some tasks first")
+            round_index = with_episodes[-1]
+        base = base_model_for(settings, run_row, base_model)
+        out_dir = Path(out) if out is not None else run_dir / "adapters" / f"round-{round_index}"
+        report = train_round(store, run_row.id, round_index, base_model=base, settings=settings, out_dir=out_dir,
+                             log=log)
+    if merge_to is not None:
+        merge_adapter(base, out_dir, Path(merge_to))
+    return report
+
+
+def merge_adapter(base_model: Path, adapter: Path, out: Path) -> Path:
+    """Full weights with the adapter folded in (for serving without LoRA support or exporting)."""
+    if out.exists() and any(out.iterdir()):
+        raise AlightError(f"--merge-to {out} exists and is not empty", hint="pass a new directory")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), local_files_only=True)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(str(out), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(base_model), local_files_only=True).save_pretrained(str(out))
+    return out
+
+
+def render(report: TrainReport) -> str:
+    """The summary `alight train` prints: rows, calls per row, break reasons, dropped groups, steps, time."""
+    breaks = ", ".join(f"{k} {v}" for k, v in sorted(report.break_reasons.items())) or "none"
+    dropped = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(report.dropped.items()) if v) or "nothing"
+    last = report.metrics[-1] if report.metrics else {}
+    lines = [
+        f"trained     {report.steps} steps in {report.seconds:.1f} s ({report.episodes} episodes)",
+        f"rows        {report.rows} from {report.calls} calls ({report.calls_per_row:.2f} calls per row,"
+        f" merge={report.merge_rule})",
+        f"breaks      {breaks}",
+        f"dropped     {report.dropped_groups} groups; {dropped}",
+        f"temperature {report.temperature}    chat template: {report.chat_template or 'unknown'}",
+    ]
+    if last:
+        lines.append(f"last step   loss {last.get('loss', float('nan')):.4f}  reward {last.get('reward', float('nan')):.3f}"
+                     f"  tokens/s {last.get('tokens_per_s', 0):.0f}")
+    lines.append(f"adapter     {report.adapter_dir}"
+                 + (f" (continued from {report.base_adapter})" if report.base_adapter else " (fresh LoRA)"))
+    return "\n".join(lines) + "\n"
