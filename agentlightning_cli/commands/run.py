@@ -103,6 +103,9 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
                        run_dir=run_dir, sources=SourceCache(run_dir / "sources"), timeout_s=opts.timeout_s,
                        max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces,
                        setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
+    done = _already_complete(store, run_row, tasks, opts)
+    if done is not None:  # a rerun of a finished run: nothing to start
+        return done
     status = "failed"
     try:
         if opts.upstream is not None:
@@ -121,11 +124,34 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
         store.finish_run(run_row.id, status)
 
 
+def _already_complete(store: Any, run_row: Any, tasks: list[Any], opts: RunOptions) -> RoundSummary | None:
+    from agentlightning_cli.rollout.plan import plan_round
+
+    rnd = next((r for r in store.list_rounds(run_row.id) if r.index == 0), None)
+    if rnd is None or plan_round(run_row.id, 0, tasks, opts.attempts, store.list_episodes(round_id=rnd.id)).todo:
+        return None
+    print(f"alight run: every episode of run {run_row.name} has ended already", file=sys.stderr, flush=True)
+    return _summary(store, run_row.id, rnd.id, opts, None, {t.id for t in tasks})
+
+
+def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: Any, task_ids: set[str]) -> RoundSummary:
+    from agentlightning_cli.rollout.round import final_episodes
+    from agentlightning_cli.rollout.summary import summarize
+
+    eps = [e for e in final_episodes(store, run_id, round_id) if e.task_id in task_ids]
+    calls = sum(s.calls for s in store.episode_summaries_by_id([e.id for e in eps])) if eps else 0
+    notes = []
+    trainable = probe is None or probe.token_ids
+    if not trainable:
+        notes.append(f"this run cannot be trained on: the upstream {opts.upstream} rejects token ids and logprobs, "
+                     "so its calls were recorded without them")
+    return summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes)
+
+
 async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[Any], upstream_url: str,
                        policy: Any, policy_name: str | None, probe: Any) -> RoundSummary:
     from agentlightning_cli.rollout.progress import Progress
-    from agentlightning_cli.rollout.round import final_episodes, run_round
-    from agentlightning_cli.rollout.summary import summarize
+    from agentlightning_cli.rollout.round import run_round
 
     store = ctx.store
     rnd = next((r for r in store.list_rounds(ctx.run_id) if r.index == 0), None) or store.create_round(
@@ -156,26 +182,7 @@ async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[An
         work.result()  # re-raises a failure of the round itself
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
     store.finish_round(rnd.id, "done")
-    eps = final_episodes(store, ctx.run_id, rnd.id)
-    calls = sum(len(store.get_calls(e.id)) for e in eps)
-    notes = []
-    trainable = probe is None or probe.token_ids
-    if not trainable:
-        notes.append(f"this run cannot be trained on: the upstream {opts.upstream} rejects token ids and logprobs, "
-                     "so its calls were recorded without them")
-    run_row = store.get_run(ctx.run_id)
-    return summarize(run_row.name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes)
-
-
-def _run_loop(main: Any) -> Any:
-    """lifecycle.run_loop, keeping the coroutine's result (the summary)."""
-    result: list[Any] = []
-
-    async def keep() -> None:
-        result.append(await main)
-
-    lifecycle.run_loop(keep())
-    return result[0]
+    return _summary(store, ctx.run_id, rnd.id, opts, probe, {t.id for t in tasks})
 
 
 async def _watch_vllm(policy: Any) -> None:

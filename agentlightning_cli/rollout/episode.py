@@ -101,7 +101,7 @@ def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
 
 async def run(ctx: RoundContext, item: Prepared) -> Ended:
     """Harness, hidden files, reward, store, cleanup. Cancelling it kills the harness (the runner's finally)."""
-    slot, timings = item.slot, {"prepare_s": item.prep_s}
+    slot, timings, t0 = item.slot, {"prepare_s": item.prep_s}, time.monotonic()
     spec = EpisodeSpec(
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
         base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
@@ -112,6 +112,7 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
     try:
         outcome = await run_episode(ctx.recipe, ctx.installed, spec, ctx.count_calls, ctx.stopper)
         ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls
+        timings["harness_own_s"] = outcome.wall_s  # the harness process's own lifetime
     except (AlightError, OSError, ValueError) as exc:  # a harness that cannot start fails its episode only
         ending, reason, exit_code, calls = "harness_error", f"the harness could not start: {exc}", None, 0
     timings["harness_s"] = time.monotonic() - t
@@ -122,6 +123,7 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
     tokens = await asyncio.to_thread(_completion_tokens, ctx.store, slot.episode_id)
     if not ctx.keep_workspaces:
         await asyncio.to_thread(shutil.rmtree, item.workspace, True)
+    timings["run_s"] = time.monotonic() - t0
     return Ended(slot, status, ending, reward, calls, tokens, error or reason, timings)
 
 
@@ -139,4 +141,5 @@ def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, fl
 
 
 def _completion_tokens(store: Any, episode_id: str) -> int:
-    return sum(len(c.completion_token_ids or ()) for c in store.get_calls(episode_id))
+    """From the calls' summary index: no call body is read."""
+    return sum(s.completion_tokens for s in store.episode_summaries_by_id([episode_id]))

@@ -9,6 +9,7 @@ the next workspace waiting (harness slots never wait on git) while the disk neve
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Callable
 
 from agentlightning_cli.rollout import episode, stale
@@ -35,8 +36,11 @@ async def run_slots(ctx: RoundContext, slots: list[Slot], concurrency: int, on_s
                 slot = todo.get_nowait()
             except asyncio.QueueEmpty:
                 return
+            t = time.monotonic()
             key = await asyncio.to_thread(episode.create, ctx, slot)
             item = await asyncio.to_thread(episode.prepare, ctx, slot, key)
+            if isinstance(item, Prepared):
+                item.prep_s = time.monotonic() - t  # registration included
             if isinstance(item, Ended):
                 endings.append(item)
                 on_end(item)
