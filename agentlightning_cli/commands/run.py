@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.commands import lifecycle
-from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, load_task_subset, recipe_and_install,
-                                                    size_context)
+from agentlightning_cli.commands.context import size_for_harness
+from agentlightning_cli.commands.run_checks import RunOptions, check_numbers, load_task_subset, recipe_and_install
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
 from agentlightning_cli.rollout.summary import RoundSummary
@@ -44,7 +44,7 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
 
         model = resolve_model(settings, opts.model)
         check_model_dir(model)
-        size_context(settings, recipe, model)
+        size_for_harness(settings, recipe, model)
     if opts.max_calls is not None:
         settings.proxy.budgets.max_calls = opts.max_calls
     if opts.max_tokens is not None:

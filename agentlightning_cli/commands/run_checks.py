@@ -90,29 +90,3 @@ def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
         recipe = recipe.model_copy(update={"timeout_s": override.timeout_s})
     # An external recipe (no `install`) needs nothing installed: require_installed returns where its program is.
     return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
-
-
-def model_config_context(model: Path) -> int | None:
-    """The longest context a local HF model declares (config.json max_position_embeddings), if any."""
-    try:
-        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = config.get("max_position_embeddings")
-    return int(value) if isinstance(value, int) else None
-
-
-def size_context(settings: Any, recipe: Any, model: Path | None) -> None:
-    """Give vLLM the context the harness needs (raising serve.max_model_len when it is lower), or refuse up front
-    naming the setting when the model itself cannot take it."""
-    need = getattr(recipe, "context_tokens", None)
-    if not need:
-        return
-    limit = model_config_context(model) if model is not None else None
-    if limit is not None and limit < need:
-        raise AlightError(
-            f"harness '{recipe.name}' needs a context of {need} tokens (its recipe's context_tokens), but model "
-            f"{model} takes at most {limit} (config.json max_position_embeddings)",
-            "choose a model with a longer context, or another harness")
-    if settings.serve.max_model_len < need:
-        settings.serve.max_model_len = need

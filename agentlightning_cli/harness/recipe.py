@@ -108,6 +108,9 @@ class Recipe(_Strict):
     max_turns: int | None = None
     """Default turn/step limit passed to the command (None where the harness has none)."""
     timeout_s: float = 1800.0
+    context_tokens: int | None = Field(default=None, gt=0)
+    """The context (prompt + answer tokens) the harness needs to work: its first prompt plus room for the
+    conversation. `alight run` and `alight serve` start vLLM with at least this max_model_len."""
     outcome: OutcomeRules = Field(default_factory=OutcomeRules)
     stop: Stop = Field(default_factory=Stop)
     sandbox: SandboxRules = Field(default_factory=SandboxRules)

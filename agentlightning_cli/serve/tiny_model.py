@@ -18,7 +18,7 @@ from pathlib import Path
 from agentlightning_cli.errors import AlightError
 
 # Bump when the output changes (tokenizer, template, config), so cached copies are rebuilt under a new name.
-TINY_MODEL_VERSION = "1"
+TINY_MODEL_VERSION = "2"
 VOCAB_TARGET = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Not special: vLLM strips special tokens from text, and the hermes tool parser must see these.
@@ -108,7 +108,7 @@ def build_tiny_model(out: Path, seed: int = 0) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=64,
-        max_position_embeddings=32768,
+        max_position_embeddings=131072,  # room for every harness's context (v2)
         rope_theta=1_000_000.0,
         tie_word_embeddings=True,
         bos_token_id=eot,
