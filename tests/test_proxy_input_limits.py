@@ -218,3 +218,17 @@ def test_alight_proxy_start_up_names_the_upstream_models_or_says_it_is_unreachab
     proc.send_signal(signal.SIGTERM)
     proc.wait(20)
     assert f"warning: the upstream {url} is unreachable" in text and "upstream serves: unknown" in text
+
+
+def test_nesting_limit_holds_for_objects_and_for_bodies_the_fast_check_cannot_encode():
+    from agentlightning_cli.proxy.errors import ProxyReject
+    from agentlightning_cli.proxy.incoming import parse_json
+
+    def objects(levels: int) -> bytes:
+        return b'{"a":' * levels + b"1" + b"}" * levels
+
+    for extra in (b"", b', "big": 123456789012345678901234567890'):  # a huge int takes the slow path
+        ok = b'{"messages": [], "x": ' + objects(NESTING_LIMIT - 1) + extra + b"}"
+        assert parse_json(ok, "openai-chat")["messages"] == []
+        with pytest.raises(ProxyReject, match=f"deeper than {NESTING_LIMIT} levels"):
+            parse_json(b'{"messages": [], "x": ' + objects(NESTING_LIMIT) + extra + b"}", "openai-chat")
