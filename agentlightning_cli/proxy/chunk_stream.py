@@ -25,7 +25,7 @@ class ChunkStream:
         self._stop_reason: Any = None
 
     def feed(self, chunk: dict) -> bytes:
-        out = self._opening(chunk)
+        out = b"" if self._started else self._opening(chunk)  # per event: no call once started
         choices = chunk.get("choices")
         if choices:
             choice = choices[0]
