@@ -12,6 +12,7 @@ close. Routing, auth and protocol errors are the proxy's (server.py).
 from __future__ import annotations
 
 import asyncio
+import socket
 import logging
 import time
 from collections import deque
@@ -162,6 +163,11 @@ class HTTPServer:
         self._server = await loop.create_server(lambda: _Connection(self), host, port, backlog=1024)
         self._sweeper = loop.create_task(self._sweep())
         return self._server.sockets[0].getsockname()[:2]
+
+    async def serve_socket(self, sock: socket.socket) -> asyncio.AbstractServer:
+        """Also accept on a listening socket made elsewhere (a sandbox's loopback, see listener_inbox.py)."""
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(lambda: _Connection(self), sock=sock, backlog=256)
 
     async def start_unix(self, path: str) -> None:
         """Also accept connections on a Unix socket (how sandboxed episodes reach the proxy)."""

@@ -26,6 +26,7 @@ from agentlightning_cli.proxy.exchange import Collaborators, Exchange, unavailab
 from agentlightning_cli.proxy.http_server import HTTPServer, Request, Response, StreamWriter
 from agentlightning_cli.proxy.incoming import read_body
 from agentlightning_cli.proxy.jsonio import dumps
+from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET, ListenerInbox
 from agentlightning_cli.proxy.probe import server_root
 from agentlightning_cli.proxy.recorder import Recorder
 from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
@@ -72,6 +73,7 @@ class Proxy:
         self.unix_path = ""
         """The proxy's Unix socket (set by start()); the sandbox binds it in for episodes."""
         self._unix_dir = ""
+        self._inbox: ListenerInbox | None = None
         self._connections = connections
         self._keys: dict[str, bytes] = {}
         self._create_lock = asyncio.Lock()
@@ -110,6 +112,9 @@ class Proxy:
         self._unix_dir = tempfile.mkdtemp(prefix="alight-px-")
         self.unix_path = os.path.join(self._unix_dir, "proxy.sock")
         await server.start_unix(self.unix_path)
+        # Sandboxes hand over a listening socket bound in their own network namespace; served as our own.
+        self._inbox = ListenerInbox(server.serve_socket)
+        self._inbox.start(os.path.join(self._unix_dir, LISTENERS_SOCKET))
         return self
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -125,6 +130,9 @@ class Proxy:
                 await asyncio.wait(list(self._tasks), timeout=grace)
             self._server.close_connections()
             self._server = None
+            if self._inbox is not None:
+                self._inbox.close()
+                self._inbox = None
             shutil.rmtree(self._unix_dir, ignore_errors=True)
         if self.session is not None:
             await self.session.close()
