@@ -218,3 +218,24 @@ def test_sandbox_flag_and_the_summary_line(monkeypatch: pytest.MonkeyPatch) -> N
     out = io.StringIO()
     render(summary, Console(file=out, width=120))
     assert summary.sandbox == "none" and "sandbox:  none" in out.getvalue()
+
+
+async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_sandbox_ends(tmp_path: Path) -> None:
+    from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
+
+    env = await start_env(tmp_path)
+    try:
+        ws, ep = episode_dirs(tmp_path, "handed")
+        episode_id, key = env.episode()
+        spec = spec_for(ws, ep, env)
+        spec.proxy_socket, spec.proxy_listeners = None, Path(env.proxy.unix_path).with_name(LISTENERS_SOCKET)
+        cfg = {"base_url": f"{env.proxy.base_url}/e/{episode_id}/v1", "api_key": key}
+        box = Sandbox(spec)
+        assert "--hand-over" in box.command(["true"], ws)
+        assert await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps(cfg)], ws) == 0
+        assert json.loads((ws / "report.json").read_text())["model"]["ok"]
+        assert len(await env.calls(episode_id, 1)) == 1
+        await asyncio.sleep(0.1)
+        assert env.proxy._inbox._open == {}  # the sandbox is gone, so is the socket the proxy served for it
+    finally:
+        await stop_env(env)

@@ -90,7 +90,9 @@ async def test_episode_reaches_the_proxy_and_its_workspace_only(tmp_path: Path) 
             outcome = await env.run(recipe, inst, spec)
             calls = env.store.get_calls(spec.episode_id)
         assert outcome.status == "finished", (outcome, Path(outcome.stderr_path).read_text()[-2000:])
+        # alight's proxy took the sandbox's loopback listener: nothing relays the calls
         assert outcome.detail["sandbox"]["mode"] == "bwrap"
+        assert outcome.detail["sandbox"]["proxy"] == "listener handed over"
         seen = report(spec)
         assert seen["model"]["ok"] and seen["model"]["value"] == [200, "Hello."]
         assert len(calls) == 1 and calls[0].status == "ok"

@@ -172,7 +172,9 @@ class HarnessEpisode:
                           stdout_path=str(stdout_path), stderr_path=str(stderr_path))
         if leftovers:
             outcome.detail["leftover_processes_killed"] = len(leftovers)
-        outcome.detail["sandbox"] = "none" if boxed is None else {"mode": "bwrap", "peak": boxed.box.peak}
+        outcome.detail["sandbox"] = "none" if boxed is None else {
+            "mode": "bwrap", "peak": boxed.box.peak,
+            "proxy": "listener handed over" if boxed.box.spec.proxy_listeners else "relayed"}
         if boxed is not None and boxed.box.limit is not None:
             self._stop_status, self._stop_reason = "resource_limit", boxed.box.breach
         outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)

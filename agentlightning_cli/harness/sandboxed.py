@@ -17,6 +17,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.recipe import Recipe
+from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
 from agentlightning_cli.sandbox import Sandbox, SandboxSpec, choice, ensure_available
 from agentlightning_cli.sandbox.paths import runtime_roots
 from agentlightning_cli.sandbox.relay import Relay
@@ -59,8 +60,11 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
         relay = await Relay(url.hostname, url.port).start()
         socket_path = relay.path
     read_only = runtime_roots(installed.dir) + [Path(p).expanduser() for p in recipe.sandbox.read_only]
+    # alight's proxy keeps a listener inbox beside its HTTP socket: the sandbox hands it its loopback listener.
+    inbox = Path(socket_path).with_name(LISTENERS_SOCKET)
     box_spec = SandboxSpec(writable=[Path(spec.workspace), episode_dir, tmpdir], read_only=read_only,
-                           proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits)
+                           proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits,
+                           proxy_listeners=inbox if relay is None and inbox.exists() else None)
     try:
         return EpisodeBox(Sandbox(box_spec, bwrap_exe), relay)
     except BaseException:

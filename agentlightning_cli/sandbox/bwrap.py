@@ -5,8 +5,10 @@ the in-sandbox forwarder, and the paths the caller names (the harness install, t
 needs, a recipe's `sandbox.read_only`). Read-write: the paths the caller names (workspace, episode folder with
 the private HOME, a private tmp folder) and a fresh /tmp. Everything else of the host (the task set, the run
 directory, ALIGHT_HOME, the user's HOME) simply does not exist inside. Network: a private namespace with only
-loopback; the proxy's Unix socket is bound in at /run/alight/proxy.sock and forwarder.py listens on
-127.0.0.1:<proxy port> inside, so a harness keeps its plain http://127.0.0.1:<port>/e/<episode>/v1 URL.
+loopback; forwarder.py binds 127.0.0.1:<proxy port> inside, so a harness keeps its plain
+http://127.0.0.1:<port>/e/<episode>/v1 URL, and either hands that listening socket to alight's proxy
+(/run/alight/listeners.sock: the proxy accepts from the sandbox directly) or relays each connection to a
+proxy's HTTP Unix socket bound in at /run/alight/proxy.sock.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.limits import MB
 
 SOCKET_INSIDE = "/run/alight/proxy.sock"
+LISTENERS_INSIDE = "/run/alight/listeners.sock"
 FORWARDER_INSIDE = "/run/alight/forwarder.py"
 FORWARDER = Path(__file__).with_name("forwarder.py")
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -39,6 +42,9 @@ class SandboxSpec:
     proxy_socket: Path | None = None
     """The host's Unix socket of the proxy; with proxy_port, the forwarder serves it on loopback inside."""
     proxy_port: int | None = None
+    proxy_listeners: Path | None = None
+    """The proxy's listener inbox (proxy/listener_inbox.py); with proxy_port, the forwarder hands its listening
+    socket to the proxy instead of relaying (nothing added per call). Wins over proxy_socket."""
     network: bool = False
     """True shares the host's network (a task's `setup_network: true`); no forwarder then."""
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
@@ -98,7 +104,8 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
             args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
              "--size", str(spec.limits.file_size_mb * MB), "--tmpfs", "/tmp"]
-    forward = spec.proxy_socket is not None and spec.proxy_port is not None and not spec.network
+    hand_over = spec.proxy_listeners is not None and spec.proxy_port is not None and not spec.network
+    forward = hand_over or (spec.proxy_socket is not None and spec.proxy_port is not None and not spec.network)
     python, python_prefix = forwarder_python()
     read_only = [*spec.read_only, python_prefix] if forward else list(spec.read_only)
     for path in _outermost(read_only):
@@ -106,7 +113,11 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
     for path in _outermost(spec.writable):
         args += ["--bind", str(path), str(path)]
     args += ["--chdir", str(cwd)]
-    if forward:
+    if hand_over:
+        args += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--bind", str(spec.proxy_listeners), LISTENERS_INSIDE,
+                 "--", python, "-I", "-S", FORWARDER_INSIDE, "--hand-over", LISTENERS_INSIDE, str(spec.proxy_port),
+                 "--", *argv]
+    elif forward:
         args += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--bind", str(spec.proxy_socket), SOCKET_INSIDE,
                  "--", python, "-I", "-S", FORWARDER_INSIDE, SOCKET_INSIDE, str(spec.proxy_port), "--", *argv]
     else:

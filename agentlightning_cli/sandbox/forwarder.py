@@ -2,7 +2,9 @@
 the episode's command as a child; exit with the child's status.
 
 Run as a plain script with the host's interpreter (`python -I -S forwarder.py SOCKET PORT -- argv...`), so it
-imports only the standard library and starts in a few milliseconds. The listening socket is bound BEFORE the
+imports only the standard library and starts in a few milliseconds. With `--hand-over CONTROL PORT` it relays
+nothing: it sends the bound listening socket to the proxy (alight's own proxy takes it, see
+proxy/listener_inbox.py), which then accepts the harness's connections itself. The listening socket is bound BEFORE the
 command starts, so the harness can never race it. One thread, one `selectors` loop, no asyncio: each byte
 costs one recv and one send, and idle connections cost nothing.
 
@@ -140,10 +142,18 @@ class Relay:
         if pipe.peer.eof and not pipe.peer.buf and pipe.src in self.pipes:
             self._close(pipe.src)
 
-    def serve_until(self, done):
-        while not done():
-            for key, events in self.sel.select(0.5):
+    def serve_until(self, wake_fd, done):
+        """Relay until done() says so; done() is asked only when wake_fd (the signal pipe) stirs, or every
+        half second: no extra system calls per relayed chunk."""
+        while True:
+            ready = self.sel.select(0.5)
+            if not ready or any(key.fileobj == wake_fd for key, _ in ready):
+                if done():
+                    return
+            for key, events in ready:
                 sock = key.fileobj
+                if sock == wake_fd:
+                    continue
                 if sock is self.listener:
                     self._accept()
                     continue
@@ -155,12 +165,16 @@ class Relay:
 
 def main(argv):
     sep = argv.index("--")
-    unix_path, port, command = argv[1], int(argv[2]), argv[sep + 1:]
+    hand_over = argv[1] == "--hand-over"
+    args = argv[2:sep] if hand_over else argv[1:sep]
+    unix_path, port, command = args[0], int(args[1]), argv[sep + 1:]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(256)
     listener.setblocking(False)
+    if hand_over:
+        return hand_over_and_run(listener, unix_path, command)
     state = {"status": None}
     # A self-pipe wakes the select loop the moment the child exits.
     wake_r, wake_w = os.pipe()
@@ -190,8 +204,41 @@ def main(argv):
         return False
 
     os.set_blocking(wake_r, False)
-    relay.serve_until(done)
+    if not done():  # the child may have exited before the loop started listening for it
+        relay.serve_until(wake_r, done)
     status = state["status"]
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def hand_over_and_run(listener, control_path, command):
+    """The fast path: give the listening socket to the proxy (which accepts on it from its own event loop),
+    then just run the command. The control connection stays open until we exit: that is how the proxy learns
+    the episode is over."""
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        control.connect(control_path)
+        socket.send_fds(control, [b"L"], [listener.fileno()])
+        if control.recv(1) != b"K":
+            raise OSError("the proxy did not take the socket")
+    except OSError as exc:
+        sys.stderr.write(f"sandbox: cannot reach the proxy at {control_path}: {exc}\n")
+        return 125
+    listener.close()
+    state = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _f: _pass_on(state, signum))
+    try:
+        child = os.posix_spawnp(command[0], command, os.environ)
+    except OSError as exc:
+        sys.stderr.write(f"sandbox: cannot start {command[0]}: {exc.strerror or exc}\n")
+        return 127
+    state["child"] = child
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
