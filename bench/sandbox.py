@@ -3,11 +3,12 @@
 start-up      Popen -> exit of `true`, median of --starts runs, for: the host (process group only), bubblewrap
               with every namespace and mount, and the full episode sandbox (cgroup, forwarder bound to the
               proxy's Unix socket, watchdog, clean-up). Added = sandbox minus host.
-round trip    one client making --calls sequential chat requests (keep-alive, ~1 KB body) to the real proxy in
-              front of the scripted upstream: on the host straight to the proxy's TCP port, and inside the
-              sandbox to 127.0.0.1:<port>, which the forwarder relays to the proxy's Unix socket. Arms are
-              interleaved (--rounds); added ms per call = median sandbox - median direct; the forwarder's CPU per
-              call is read from its own /proc stat by the client (the forwarder is its parent).
+round trip    sequential chat requests (keep-alive, ~1 KB body) to the real proxy in front of the scripted
+              upstream. Default path: the same client inside a real sandbox, whose loopback listener the proxy
+              accepts on directly (listener handed over), against the client on the host going straight to
+              the proxy's TCP port, in interleaved rounds; added = the difference of medians. Relay mode (for a
+              proxy other than alight's): one client alternating call by call between the proxy's TCP port and
+              forwarder.py relaying to the proxy's Unix socket; the relay's CPU per call from its /proc stat.
 
     python bench/sandbox.py [--starts 40] [--calls 1000] [--rounds 3]
 """
@@ -30,22 +31,28 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "sandbox.json"
 
 CLIENT = r'''
-import http.client, json, os, sys, time
-port, path, key, n = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+import http.client, json, os, socket, sys, time
+ports, path, key, n = [int(p) for p in sys.argv[1].split(",")], sys.argv[2], sys.argv[3], int(sys.argv[4])
+watch = int(sys.argv[5]) if len(sys.argv) > 5 else os.getppid()  # whose CPU to report (the forwarder)
 body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "x" * 900}]}).encode()
 headers = {"Content-Type": "application/json", "Authorization": "Bearer " + key}
-conn = http.client.HTTPConnection("127.0.0.1", port)
-def call():
+conns = []
+for port in ports:
+    c = http.client.HTTPConnection("127.0.0.1", port); c.connect()
+    c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); conns.append(c)
+def call(conn):
     conn.request("POST", path, body, headers)
     r = conn.getresponse(); r.read(); assert r.status == 200, r.status
-for _ in range(20): call()  # warm-up
+for _ in range(20):
+    for c in conns: call(c)  # warm-up
 def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-parent0 = cpu(os.getppid()); times = []
+cpu0 = cpu(watch); times = [[] for _ in conns]
 for _ in range(n):
-    t = time.perf_counter(); call(); times.append(time.perf_counter() - t)
-print(json.dumps({"times": times, "parent_cpu_s": cpu(os.getppid()) - parent0}))
+    for i, c in enumerate(conns):  # alternating call by call: both arms see the same machine load
+        t = time.perf_counter(); call(c); times[i].append(time.perf_counter() - t)
+print(json.dumps({"times": times, "watched_cpu_s": cpu(watch) - cpu0}))
 '''
 
 
@@ -82,8 +89,13 @@ def startup(n: int) -> dict:
 
 
 async def round_trip(calls: int, rounds: int) -> dict:
+    """Relay mode paired call by call on the host; the default (listener handed over) inside a real sandbox,
+    against a direct client in the same round."""
+    import socket
+
+    from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
     from agentlightning_cli.sandbox import Sandbox, SandboxSpec
-    from agentlightning_cli.sandbox.bwrap import forwarder_python
+    from agentlightning_cli.sandbox.bwrap import FORWARDER, forwarder_python
     from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
     work = Path(tempfile.mkdtemp(prefix="alight-bench-"))
@@ -94,27 +106,44 @@ async def round_trip(calls: int, rounds: int) -> dict:
     port = int(env.proxy.base_url.rsplit(":", 1)[1])
     episode, key = env.episode()
     path = f"/e/{episode}/v1/chat/completions"
-    args = [str(port), path, key, str(calls)]
-    res: dict[str, list] = {"direct": [], "sandbox": [], "forwarder_cpu_ms": []}
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    fport = probe.getsockname()[1]
+    probe.close()
+    fwd = await asyncio.create_subprocess_exec(python, "-I", "-S", str(FORWARDER), env.proxy.unix_path, str(fport),
+                                               "--", "sleep", "100000", start_new_session=True)
+    await asyncio.sleep(0.5)
+    direct, forwarded, cpu_ms, boxed, direct_alone = [], [], [], [], []
     for _ in range(rounds):
-        proc = await asyncio.create_subprocess_exec(python, "-I", str(client), *args, stdout=asyncio.subprocess.PIPE)
-        out, _ = await proc.communicate()
-        res["direct"] += json.loads(out)["times"]
-        box = Sandbox(SandboxSpec(writable=[work], read_only=[prefix], proxy_socket=Path(env.proxy.unix_path),
-                                  proxy_port=port))
-        proc = await asyncio.create_subprocess_exec(*box.command([python, "-I", str(client), *args], work),
+        proc = await asyncio.create_subprocess_exec(python, "-I", str(client), f"{port},{fport}", path, key,
+                                                    str(calls), str(fwd.pid), stdout=asyncio.subprocess.PIPE)
+        data = json.loads((await proc.communicate())[0])
+        direct += data["times"][0]
+        forwarded += data["times"][1]
+        cpu_ms.append(data["watched_cpu_s"] * 1000 / calls)
+        # The default path: the sandbox hands its loopback listener to the proxy, nothing relays.
+        box = Sandbox(SandboxSpec(writable=[work], read_only=[prefix], proxy_port=port,
+                                  proxy_listeners=Path(env.proxy.unix_path).with_name(LISTENERS_SOCKET)))
+        proc = await asyncio.create_subprocess_exec(*box.command([python, "-I", str(client), str(port), path, key,
+                                                                  str(calls)], work),
                                                     stdout=asyncio.subprocess.PIPE, **box.popen_kwargs())
         box.started(proc.pid)
-        out, _ = await proc.communicate()
+        data = json.loads((await proc.communicate())[0])
         box.close()
-        data = json.loads(out)
-        res["sandbox"] += data["times"]
-        res["forwarder_cpu_ms"].append(data["parent_cpu_s"] * 1000 / calls)
+        boxed += data["times"][0]
+        proc = await asyncio.create_subprocess_exec(python, "-I", str(client), str(port), path, key, str(calls),
+                                                    str(os.getpid()), stdout=asyncio.subprocess.PIPE)
+        direct_alone += json.loads((await proc.communicate())[0])["times"][0]
+    os.killpg(fwd.pid, 9)  # the forwarder and its placeholder child
+    await fwd.wait()
     await stop_env(env)
-    direct, boxed = statistics.median(res["direct"]) * 1000, statistics.median(res["sandbox"]) * 1000
-    return {"median_ms_per_call": {"direct loopback": round(direct, 3), "through forwarder": round(boxed, 3)},
-            "added_ms_per_call": round(boxed - direct, 3),
-            "forwarder_cpu_ms_per_call": round(statistics.median(res["forwarder_cpu_ms"]), 3),
+    ms = {k: round(statistics.median(v) * 1000, 3) for k, v in
+          (("direct loopback (paired with relay)", direct), ("relay forwarder (paired)", forwarded),
+           ("direct loopback (alone)", direct_alone), ("inside a sandbox, listener handed over", boxed))}
+    return {"median_ms_per_call": ms,
+            "added_ms_per_call": round(ms["inside a sandbox, listener handed over"] - ms["direct loopback (alone)"], 3),
+            "relay_added_ms_per_call": round(ms["relay forwarder (paired)"] - ms["direct loopback (paired with relay)"], 3),
+            "relay_cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
             "calls": calls, "rounds": rounds}
 
 
@@ -126,15 +155,16 @@ def main() -> None:
     a = ap.parse_args()
     start = startup(a.starts)
     trip = asyncio.run(round_trip(a.calls, a.rounds))
-    print(f"{'start-up (median of ' + str(a.starts) + ')':<40} {'ms':>8}")
+    print(f"{'start-up (median of ' + str(a.starts) + ')':<44} {'ms':>8}")
     for k, v in start["median_ms"].items():
-        print(f"  {k:<38} {v:>8.2f}")
-    print(f"  {'added by the episode sandbox':<38} {start['added_ms']:>8.2f}   (target <= 50)")
-    print(f"{'proxy round trip (median per call)':<40} {'ms':>8}")
+        print(f"  {k:<42} {v:>8.2f}")
+    print(f"  {'added by the episode sandbox':<42} {start['added_ms']:>8.2f}   (target <= 50)")
+    print(f"{'proxy round trip (median per call)':<44} {'ms':>8}")
     for k, v in trip["median_ms_per_call"].items():
-        print(f"  {k:<38} {v:>8.3f}")
-    print(f"  {'added per call':<38} {trip['added_ms_per_call']:>8.3f}   (target <= 0.2)")
-    print(f"  {'forwarder CPU per call':<38} {trip['forwarder_cpu_ms_per_call']:>8.3f}")
+        print(f"  {k:<42} {v:>8.3f}")
+    print(f"  {'added per call (sandbox, default path)':<42} {trip['added_ms_per_call']:>8.3f}   (target <= 0.2)")
+    print(f"  {'added per call (relay mode)':<42} {trip['relay_added_ms_per_call']:>8.3f}")
+    print(f"  {'relay CPU per call':<42} {trip['relay_cpu_ms_per_call']:>8.3f}")
     load = os.getloadavg()[0]
     print(f"(load average {load:.2f} on {os.cpu_count()} CPUs)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
