@@ -95,6 +95,10 @@ def train(job: GRPORun) -> GRPOResult:
     rows = pad_rows(job.rows, gen_batch, tokenizer.pad_token_id or 0)
     steps = max(1, len(rows) // gen_batch) * s.epochs
     on_gpu = torch.cuda.is_available()
+    if not on_gpu and "OMP_NUM_THREADS" not in os.environ:
+        # vLLM (and the harnesses) share these cores; a full set of spinning BLAS threads per process made a
+        # training step 4x slower under that load here than one or two threads do.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
     config = dict(
         # output_dir: only TensorBoard writes there (save_strategy="no"), under runs/<time>/
         output_dir=str(job.logging_dir or job.out_dir / ".trainer"), per_device_train_batch_size=s.batch_size,

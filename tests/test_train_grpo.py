@@ -1,0 +1,111 @@
+"""GRPO + LoRA on stored rows with the real TRL trainer and the embedded tiny model: the adapter it writes, the
+metrics it stores, continuing from the previous round's adapter, importance weights, and the direction it
+moves the policy (a rewarded completion's logprob goes up, a punished one's down)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.serve.tiny_model import build_tiny_model
+from agentlightning_cli.train.round_step import train_round
+from train_support import call_record, new_run, record_round, small_settings
+
+torch = pytest.importorskip("torch")  # the train extra is part of every install; this only names the dependency
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_importance_weights_truncate_mask_and_sequence_mode():
+    from agentlightning_cli.train.stored_trainer import importance_weights
+
+    trainer = torch.tensor([[-1.0, -1.0, -5.0, 0.0]])
+    vllm = torch.tensor([[-1.5, -3.0, -1.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = importance_weights(trainer, vllm, mask, "token_truncate", 3.0)
+    assert w[0, 0].item() == pytest.approx(torch.exp(torch.tensor(0.5)).item())
+    assert w[0, 1].item() == pytest.approx(3.0)  # exp(2) truncated at the cap
+    assert w[0, 2].item() == pytest.approx(torch.exp(torch.tensor(-4.0)).item())  # small weights stay small
+    assert w[0, 3].item() == 1.0  # masked gap token: no correction
+    seq = importance_weights(trainer, vllm, mask, "sequence_truncate", 3.0)
+    assert seq[0, :3].tolist() == pytest.approx([torch.exp(torch.tensor(-1.5)).item()] * 3)
+    assert importance_weights(trainer, vllm, mask, "none", 3.0).tolist() == [[1.0] * 4]
+
+
+def test_round_writes_a_vllm_adapter_metrics_and_summary_then_the_next_round_continues_it(tmp_path: Path, tiny: Path):
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0)
+    settings = small_settings(batch_size=2)  # 4 rows per optimizer step: 2 steps
+    out0 = tmp_path / "runs" / "r" / "adapters" / "round-0"
+    report = train_round(store, run.id, 0, base_model=tiny, settings=settings, out_dir=out0, log=lambda m: None)
+    assert report.steps == 2 and report.rows == 8 and report.calls == 16 and report.calls_per_row == 2.0
+    assert report.break_reasons == {} and report.base_adapter is None and report.temperature == 1.0
+    config = json.loads((out0 / "adapter_config.json").read_text())
+    assert config["r"] == 8 and config["peft_type"] == "LORA" and not config.get("modules_to_save")
+    assert "lm_head" not in config["target_modules"]
+    from safetensors import safe_open
+
+    with safe_open(str(out0 / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+        first = {k: f.get_tensor(k) for k in keys}
+    assert keys and all(".default." not in k and ("lora_A" in k or "lora_B" in k) for k in keys)
+    assert any(t.abs().sum() > 0 for k, t in first.items() if "lora_B" in k)  # trained: B moved off zero
+    assert oct((out0 / "adapter_model.safetensors").stat().st_mode & 0o777) == "0o644"
+    steps = store.list_train_steps(run.id, 0)
+    assert [s.step for s in steps] == [1, 2]
+    assert all(s.loss is not None and s.grad_norm is not None and s.rows == 4 and s.merged_calls == 8 for s in steps)
+    assert all(s.tokens_per_s > 0 and 0 <= s.reward_mean <= 1 for s in steps)
+    assert sum(s.reward_mean for s in steps) / 2 == pytest.approx(0.5)  # every episode once: rewards 0,1,0,1
+    summary = store.get_train_round(run.id, 0)
+    assert (summary.rows, summary.calls, summary.steps, summary.merge_rule) == (8, 16, 2, "strict")
+    assert summary.adapter_dir == str(out0)
+
+    # round 1 is served by round 0's adapter and continues it: same rank even if the setting changed
+    record_round(store, run.id, 1, adapter_path=str(out0), seed=1)
+    out1 = out0.parent / "round-1"
+    again = train_round(store, run.id, 1, base_model=tiny, settings=small_settings(lora_rank=16, batch_size=2), out_dir=out1,
+                        log=lambda m: None)
+    assert again.base_adapter == str(out0)
+    assert json.loads((out1 / "adapter_config.json").read_text())["r"] == 8
+    with safe_open(str(out1 / "adapter_model.safetensors"), "pt") as f:
+        second = {k: f.get_tensor(k) for k in f.keys()}
+    assert second.keys() == first.keys()
+    moved = [float((second[k] - first[k]).abs().max()) for k in first]
+    # started from round 0's weights (a fresh LoRA would have re-drawn every A), then moved a little
+    assert 0 < max(moved) < max(float(t.abs().max()) for t in first.values())
+
+
+def test_training_raises_the_rewarded_completion_and_lowers_the_punished_one(tmp_path: Path, tiny: Path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    store, run = new_run(tmp_path)
+    rnd = store.create_round(run.id, 0, "policy-r0", None)
+    prompt = [1, 300, 301, 302, 303, 2]
+    good, bad = [410, 411, 412, 413, 2], [520, 521, 522, 523, 2]
+    for attempt in range(8):
+        ep = store.create_episode(run.id, rnd.id, "t", attempt, "h", "k")
+        rewarded = attempt % 2 == 0
+        store.add_call(call_record(ep.id, prompt, good if rewarded else bad, [-8.3] * 5))
+        store.update_episode(ep.id, status="done", outcome="finished", reward=1.0 if rewarded else 0.0)
+    out = tmp_path / "adapter"
+    train_round(store, run.id, 0, base_model=tiny, settings=small_settings(epochs=3, learning_rate=2e-2),
+                out_dir=out, log=lambda m: None)
+
+    def logp(model, completion: list[int]) -> float:
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1:-1]
+        return float(torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(completion)[:, None]).sum())
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32)
+    before = logp(base, good), logp(base, bad)
+    trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32), str(out))
+    after = logp(trained, good), logp(trained, bad)
+    assert after[0] > before[0] + 0.5, (before, after)
+    assert after[1] < before[1] - 0.5, (before, after)
