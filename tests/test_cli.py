@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ["torch", "vllm", "trl", "transformers", "peft", "aiohttp", "zstandard"]
+HEAVY = ["torch", "vllm", "trl", "transformers", "peft", "aiohttp", "zstandard", "textual", "matplotlib"]
 
 # Walks the real command tree and asks every command for --help in one interpreter, then reports which heavy
 # modules got imported along the way. A command module that imports torch at top level fails this.

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from textual.app import App
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -73,9 +72,3 @@ class InspectApp(App[None]):
     def on_unmount(self) -> None:
         if self.source is not None:
             self.source.close()
-
-
-class Scrolling(VerticalScroll):
-    """A scrolling column that the keyboard can move (focusable)."""
-
-    can_focus = True

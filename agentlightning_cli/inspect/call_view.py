@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from agentlightning_cli.inspect.app import Scrolling
 from agentlightning_cli.inspect.shapes import call_detail_json
 from agentlightning_cli.inspect.source import RunSource
 from agentlightning_cli.inspect.text import cell
@@ -38,6 +38,12 @@ def turn_widget(turn: dict[str, Any], expanded: bool) -> Static:
         body = body[:PREVIEW_CHARS]
     text = Text.assemble((f"── {head}\n", f"bold {_ROLE_STYLE.get(turn['role'], '')}"), body, (more, "dim"))
     return Static(text, classes=f"turn {turn['kind']}")
+
+
+class Scrolling(VerticalScroll):
+    """A scrolling column that the keyboard can move (focusable)."""
+
+    can_focus = True
 
 
 class CallScreen(Screen[None]):

@@ -76,7 +76,8 @@ class EpisodesScreen(Screen[None]):
     def reload(self) -> None:
         """Read the episode list again (one query) and redraw, keeping the cursor on the same episode."""
         self._version = self.source.store.data_version()
-        self.source.__dict__.pop("runs", None)  # the run's status may have changed too
+        for cached in ("runs", "_names"):  # the run's status may have changed too
+            self.source.__dict__.pop(cached, None)
         self.summaries = self.source.store.episode_summaries()
         self._show_summary()
         current = self.table.current() if self.table.items else None

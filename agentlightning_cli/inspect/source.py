@@ -81,9 +81,13 @@ class RunSource:
     def name(self) -> str:
         return self.run.name if self.run else self.run_dir.name
 
+    @cached_property
+    def _names(self) -> dict[str, str]:
+        return {r.id: r.name for r in self.runs}
+
     def run_name(self, run_id: str | None) -> str:
         """The name shown for an episode's run: its run row's name, or the directory's for ad-hoc episodes."""
-        return next((r.name for r in self.runs if r.id == run_id), self.run_dir.name)
+        return self._names.get(run_id, self.run_dir.name) if run_id is not None else self.run_dir.name
 
 
 def run_summaries(runs_dir: Path) -> list[dict]:

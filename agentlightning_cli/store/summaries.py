@@ -96,16 +96,20 @@ class SummaryReads:
         return self._episode_summaries([f"e.id IN ({marks})"], [codec.text_in(i) for i in episode_ids])
 
     def _episode_summaries(self, where: list[str], args: list) -> list[EpisodeSummary]:
-        # Aggregate only the calls of the selected episodes: a round of a big run reads only its own calls.
+        # Two queries joined here by a dict: SQLite would materialise the per-episode aggregate and build a
+        # temporary index on it for every list. Plain tuples, not sqlite3.Row: ~3x cheaper per row.
+        # Only the calls of the selected episodes are aggregated: a round of a big run reads only its own.
+        conn = self._conn()
         sub_where = "" if not where else (
             "WHERE episode_id IN (SELECT e.id FROM episodes e WHERE " + " AND ".join(where) + ")")
-        sql = (f"SELECT {_EPISODE_COLUMNS}, r.idx AS round_index, s.calls, s.failed_calls, s.prompt_tokens,"
-               f" s.completion_tokens, s.first_call_at, s.last_call_at"
-               f" FROM episodes e LEFT JOIN rounds r ON r.id = e.round_id"
-               f" LEFT JOIN ({_CALL_STATS.format(where=sub_where)}) s ON s.episode_id = e.id"
+        cur = conn.cursor()
+        cur.row_factory = None
+        stats = {row[0]: row[1:] for row in cur.execute(_CALL_STATS.format(where=sub_where), args)}
+        sql = (f"SELECT {_EPISODE_COLUMNS}, r.idx FROM episodes e LEFT JOIN rounds r ON r.id = e.round_id"
                f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY e.id")
-        conn = self._conn()
-        return [_summary(row) for row in conn.execute(sql, [*args, *args] if where else [])]
+        cur = conn.cursor()
+        cur.row_factory = None
+        return [_summary(row, stats.get(row[0], _NO_CALLS)) for row in cur.execute(sql, args)]
 
     def call_summaries(self, episode_id: str) -> list[CallSummary]:
         """An episode's calls in seq order, without bodies or token arrays."""
@@ -138,15 +142,20 @@ class SummaryReads:
         return self._conn().execute("PRAGMA data_version").fetchone()[0]
 
 
-def _summary(row: sqlite3.Row) -> EpisodeSummary:
-    values = {name: codec.text_out(row[name]) for name in Episode.__dataclass_fields__}
-    if values["reward_detail"] is not None:
-        values["reward_detail"] = json.loads(values["reward_detail"])
-    return EpisodeSummary(
-        episode=Episode(**values), round_index=row["round_index"], calls=row["calls"] or 0,
-        failed_calls=row["failed_calls"] or 0, prompt_tokens=row["prompt_tokens"] or 0,
-        completion_tokens=row["completion_tokens"] or 0, first_call_at=row["first_call_at"],
-        last_call_at=row["last_call_at"])
+_N_EPISODE = len(Episode.__dataclass_fields__)
+_DETAIL = list(Episode.__dataclass_fields__).index("reward_detail")
+_NO_CALLS = (0, 0, 0, 0, None, None)
+
+
+def _summary(row: tuple, stats: tuple) -> EpisodeSummary:
+    """`row`: the episode's columns in field order, then the round's idx; `stats`: its _CALL_STATS values."""
+    values = [v.decode("utf-8", "surrogatepass") if type(v) is bytes else v for v in row[:_N_EPISODE]]  # text_out
+    if values[_DETAIL] is not None:
+        values[_DETAIL] = json.loads(values[_DETAIL])
+    calls, failed, prompt, completion, first, last = stats
+    return EpisodeSummary(episode=Episode(*values), round_index=row[_N_EPISODE], calls=calls, failed_calls=failed,
+                          prompt_tokens=prompt or 0, completion_tokens=completion or 0, first_call_at=first,
+                          last_call_at=last)
 
 
 def _call_summary(row: sqlite3.Row) -> CallSummary:
