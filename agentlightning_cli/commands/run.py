@@ -185,6 +185,17 @@ async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[An
     return _summary(store, ctx.run_id, rnd.id, opts, probe, {t.id for t in tasks})
 
 
+def _run_loop(main: Any) -> Any:
+    """lifecycle.run_loop, keeping the coroutine's result (the summary)."""
+    result: list[Any] = []
+
+    async def keep() -> None:
+        result.append(await main)
+
+    lifecycle.run_loop(keep())
+    return result[0]
+
+
 async def _watch_vllm(policy: Any) -> None:
     """Returns (raising) only if vLLM exits while the round runs: the run stops with a clear error."""
     while True:
