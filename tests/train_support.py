@@ -26,7 +26,7 @@ def call_record(episode_id: str, prompt: list[int], completion: list[int], logpr
     return CallRecord(episode_id=episode_id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
                       status=status, http_status=200, stream=False, client_request=b"{}", started_at=1.0,
                       ended_at=2.0, prompt_token_ids=prompt, completion_token_ids=completion,
-                      completion_logprobs=logprobs if logprobs is not None else [-3.0] * len(completion),
+                      completion_logprobs=logprobs if logprobs is not None else [-3.0] * len(completion or []),
                       sampling={"temperature": temperature})
 
 

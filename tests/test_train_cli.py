@@ -1,0 +1,91 @@
+"""`alight train` on runs with nothing to train says why (and exits 1); the chat template choice for serving."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.serve.template_choice import choose_template
+from agentlightning_cli.serve.tiny_model import build_tiny_model
+from agentlightning_cli.train.round_step import NothingToTrain, train_round
+from train_support import new_run, record_round, small_settings
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def alight_train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentlightning_cli", "train", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_empty_run_and_missing_base_model_explain_themselves(tmp_path: Path, tiny: Path):
+    store, run = new_run(tmp_path)
+    store.create_round(run.id, 0, "policy-r0", None)
+    with pytest.raises(NothingToTrain, match="round 0 of run 'r' has no episodes"):
+        train_round(store, run.id, 0, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    with pytest.raises(NothingToTrain, match="has no round 3"):
+        train_round(store, run.id, 3, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    with pytest.raises(AlightError, match="base model not found") as err:
+        train_round(store, run.id, 0, base_model=tmp_path / "nope", settings=small_settings(), out_dir=tmp_path / "a")
+    assert "--base-model" in err.value.hint
+    store.close()
+    result = alight_train(tmp_path, "r", "--base-model", str(tiny))
+    assert result.returncode == 1 and "has no episodes in any round" in result.stderr
+    result = alight_train(tmp_path, "r", "--round", "0", "--base-model", str(tmp_path / "nope"))
+    assert result.returncode == 1 and "base model not found" in result.stderr
+
+
+def test_runs_without_rewards_variance_or_token_ids_explain_themselves(tmp_path: Path, tiny: Path):
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0, rewards=lambda task, attempt: None)
+    with pytest.raises(NothingToTrain, match="none of the 8 episodes of round 0 has a reward.*no reward: 8"):
+        train_round(store, run.id, 0, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    record_round(store, run.id, 1, rewards=lambda task, attempt: 1.0)
+    with pytest.raises(NothingToTrain, match="every group of round 1 has equal rewards.*zero variance groups: 2"):
+        train_round(store, run.id, 1, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    record_round(store, run.id, 2, ids=False)
+    with pytest.raises(NothingToTrain, match="no calls with token ids.*no token ids: 16"):
+        train_round(store, run.id, 2, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    assert not (tmp_path / "a").exists()  # nothing half-written
+    store.close()
+    result = alight_train(tmp_path, str(tmp_path / "runs" / "r"), "--round", "1", "--base-model", str(tiny))
+    assert result.returncode == 1 and "equal rewards" in result.stderr and "attempts per task" in result.stderr
+
+
+def test_template_choice(tmp_path: Path, tiny: Path):
+    from transformers import AutoTokenizer
+    from trl import chat_template_utils
+
+    # the embedded tiny model's template is prefix-preserving: auto keeps it
+    assert choose_template("auto", tiny, tmp_path).choice == "model"
+    assert choose_template("model", tiny, tmp_path).path is None
+    # a template that drops past thinking (Qwen3's) is not: auto serves TRL's training variant, written to a file
+    qwen3 = tmp_path / "qwen3"
+    tok = AutoTokenizer.from_pretrained(str(tiny))
+    tok.chat_template = chat_template_utils.qwen3_chat_template
+    tok.save_pretrained(qwen3)
+    choice = choose_template("auto", qwen3, tmp_path / "run")
+    assert choice.choice == "training" and choice.path == tmp_path / "run" / "chat_template.jinja"
+    assert choice.path.read_text() == chat_template_utils.qwen3_training_chat_template
+    # a non-preserving template TRL does not know: auto keeps the model's, `training` refuses
+    odd = tmp_path / "odd"
+    tok.chat_template = ("{% for m in messages %}{% if m.role != 'assistant' or loop.last %}"
+                         "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok.save_pretrained(odd)
+    kept = choose_template("auto", odd, tmp_path / "odd-run")
+    assert kept.choice == "model" and "no training variant" in kept.reason
+    with pytest.raises(AlightError, match="no prefix-preserving training template"):
+        choose_template("training", odd, tmp_path / "odd-run")
+    custom = tmp_path / "mine.jinja"
+    custom.write_text("{{ messages }}")
+    assert choose_template(str(custom), tiny, tmp_path).path == custom
+    with pytest.raises(AlightError, match="neither model, training, auto nor a file"):
+        choose_template(str(tmp_path / "missing.jinja"), tiny, tmp_path)
