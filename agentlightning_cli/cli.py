@@ -150,12 +150,16 @@ def serve(
     ] = None,
     port: Annotated[Optional[int], typer.Option(help="Proxy port (default: a free one).")] = None,
     run: Annotated[Optional[str], typer.Option(help="Run name: records go to runs/NAME/ (default: serve-<time>).")] = None,
+    adapter: Annotated[Optional[Path], typer.Option(help="Serve this trained LoRA adapter directory as the policy.")] = None,
 ) -> None:
     """Start vLLM and the recording proxy; print base URLs and each harness's settings; Ctrl-C stops both."""
     from agentlightning_cli.config import load_settings
     from agentlightning_cli.commands.serve import serve as run_serve
 
-    run_serve(load_settings(), model=model, port=port, run_name=run)
+    settings = load_settings()
+    if adapter is not None:
+        settings.serve.adapter = adapter
+    run_serve(settings, model=model, port=port, run_name=run)
 
 
 @tasks_app.command("check")
@@ -261,6 +265,8 @@ def run_command(
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep each episode's workspace after its reward.")] = False,
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,
+    setup_timeout: Annotated[float, typer.Option(help="Seconds allowed for each setup command.")] = 900.0,
+    reward_timeout: Annotated[float, typer.Option(help="Seconds allowed for the reward command.")] = 600.0,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
     sandbox: SandboxFlag = None,
     as_json: JsonFlag = False,
@@ -273,8 +279,29 @@ def run_command(
         task_set=task_set, harness=harness, attempts=attempts, concurrency=concurrency, model=model,
         upstream=upstream, out=out, name=name, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens,
         max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
+        setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror)
     run_and_report(opts, as_json)
+
+
+@app.command("train")
+def train_command(
+    run: Annotated[Optional[str], typer.Argument(help="Run name under runs_dir, or a run directory (default: the latest run).")] = None,
+    round_index: Annotated[Optional[int], typer.Option("--round", help="Round whose episodes to train on (default: the last with episodes).")] = None,
+    base_model: Annotated[Optional[Path], typer.Option(help="The base model the run served (default: from the run's settings).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Adapter directory to write (default: RUN/adapters/round-N).")] = None,
+    merge_to: Annotated[Optional[Path], typer.Option(help="Also write full weights with the adapter merged in here.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train a LoRA adapter (GRPO) on one round of a recorded run; print rows, merges, breaks and steps."""
+    from agentlightning_cli.commands.train import render, train
+    from agentlightning_cli.config import load_settings
+
+    report = train(load_settings(), run, round_index, base_model, out, merge_to)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        typer.echo(render(report), nl=False)
 
 
 # `alight inspect [RUN]` opens the browser; `alight inspect list|show|export|stats|runs ...` are the scripted views.
