@@ -28,11 +28,11 @@ def test_valid_set_json() -> None:
     out = alight("tasks", "check", str(EXAMPLES), "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["ok"] is True and data["tasks"] == 3 and data["problems"] == [] and data["warnings"] == []
-    assert data["summary"]["kinds"] == {"own": 3}
-    assert data["summary"]["hidden_files"] == {"with": 2, "without": 1}
-    assert data["summary"]["reward_kinds"] == {"command": 3}
-    assert data["summary"]["repo_kinds"] == {"dir": 2, "none": 1}
+    assert data["ok"] is True and data["tasks"] == 4 and data["problems"] == [] and data["warnings"] == []
+    assert data["summary"]["kinds"] == {"own": 4}
+    assert data["summary"]["hidden_files"] == {"with": 3, "without": 1}
+    assert data["summary"]["reward_kinds"] == {"command": 4}
+    assert data["summary"]["repo_kinds"] == {"dir": 3, "none": 1}
 
 
 def test_invalid_set_exits_1_listing_every_problem(tmp_path: Path) -> None:

@@ -130,3 +130,10 @@ def test_example_task_set_end_to_end(tmp_path: Path) -> None:
     assert (ws / "NOTES.md").exists()
     (ws / "hello.py").write_text("print('hello')\n")
     assert run_reward(tasks["hello"], ws, timeout_s=60).reward == 1.0
+
+    ws = prepare_workspace(tasks["words-reverse"], tmp_path / "words")
+    assert not (ws / "test_hidden_words.py").exists()
+    reveal_hidden_files(tasks["words-reverse"], ws)
+    assert run_reward(tasks["words-reverse"], ws, timeout_s=60).reward == 0.0
+    (ws / "textutils.py").write_text((ws / "textutils.py").read_text().replace("[::1]", "[::-1]"))
+    assert run_reward(tasks["words-reverse"], ws, timeout_s=60).reward == 1.0
