@@ -29,10 +29,11 @@ def inet_targets(trace: str) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("name", HARNESSES)
 async def test_harness_connects_only_to_the_proxy(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
-    trace = tmp_path / "connect.strace"
-    recipe.command = ["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), *recipe.command]
     async with SmokeEnvironment(tmp_path / "run", tool_then_finish(name)) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", "Create out.txt.", timeout_s=240)
+        # In the episode folder: inside the sandbox (the default) that is one of the few writable places.
+        trace = tmp_path / "run" / "harness" / spec.episode_id / "connect.strace"
+        recipe.command = ["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), *recipe.command]
         outcome = await env.run(recipe, inst, spec)
         proxy_port = env.proxy.base_url.rsplit(":", 1)[1]
     assert outcome.status == "finished", outcome
