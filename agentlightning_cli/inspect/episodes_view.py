@@ -65,21 +65,24 @@ class EpisodesScreen(Screen[None]):
         return self.query_one("#episodes", PagedTable)
 
     def on_mount(self) -> None:
-        self.reload()
+        # The table first; the per-round stats (a pass over every episode) right after the first paint.
+        self.reload(stats=False)
         self.table.focus()
+        self.call_after_refresh(self._show_summary)
         self.set_interval(self.app.REFRESH_S, self.poll)
 
     def poll(self) -> None:
         if self.source.store.data_version() != self._version:
             self.reload()
 
-    def reload(self) -> None:
+    def reload(self, stats: bool = True) -> None:
         """Read the episode list again (one query) and redraw, keeping the cursor on the same episode."""
         self._version = self.source.store.data_version()
         for cached in ("runs", "_names"):  # the run's status may have changed too
             self.source.__dict__.pop(cached, None)
         self.summaries = self.source.store.episode_summaries()
-        self._show_summary()
+        if stats:
+            self._show_summary()
         current = self.table.current() if self.table.items else None
         self.refilter(keep=current.episode.id if current else None)
 
