@@ -194,6 +194,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "alight-bench")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "inspect.json")
+    ap.add_argument("--no-export", action="store_true",
+                    help="skip the (slow) exports; keep the export numbers of the previous results file, marked so")
     args = ap.parse_args()
     run_dir = args.cache / f"inspect-{args.episodes}-{args.calls}"
     if not (run_dir / ".complete").exists():
@@ -217,7 +219,9 @@ def main() -> None:
     cpu["open a 100-call episode"] = []
     rows["open a 100-call episode"] = open_episode(run_dir, big, args.repeat, cpu["open a 100-call episode"])
     exports = {}
-    for fmt in ("har", "jsonl"):
+    if args.no_export and args.out.exists():
+        exports = {fmt: {**e, "from_previous_run": True} for fmt, e in json.loads(args.out.read_text())["export"].items()}
+    for fmt in () if args.no_export else ("har", "jsonl"):
         spent: list[float] = []
         t = _timed([*ALIGHT, "inspect", "export", str(run_dir), "--format", fmt, "--out", str(tmp / f"all.{fmt}")], 1,
                    spent)[0]
