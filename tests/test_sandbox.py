@@ -239,3 +239,15 @@ async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_san
         assert env.proxy._inbox._open == {}  # the sandbox is gone, so is the socket the proxy served for it
     finally:
         await stop_env(env)
+
+
+async def test_without_a_pids_cgroup_the_watchdog_still_stops_a_fork_bomb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlightning_cli.sandbox.limits import PidsCgroup
+
+    monkeypatch.setattr(PidsCgroup, "create", classmethod(lambda cls, limit: None))  # a machine without one
+    ws, ep = episode_dirs(tmp_path, "bomb")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], read_only=[AGENT.parent, PYTHON_PREFIX],
+                              limits=EpisodeLimits(processes=40)))
+    assert box.cgroup is None
+    await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps({"mode": "fork_bomb"})], ws, timeout=60)
+    assert box.limit == "processes" and "alive" in box.breach, box.breach

@@ -1,8 +1,9 @@
 """Per-episode resource limits: kernel limits set before the sandbox starts, plus a pids cgroup when one is writable.
 
 Two layers, because neither alone is enough:
-- rlimits are exact but per process: RLIMIT_CPU and RLIMIT_FSIZE stop one runaway command (SIGXCPU / SIGXFSZ);
-  RLIMIT_NPROC does nothing for root (the kernel exempts uid 0), which is who runs alight in containers.
+- rlimits are exact but per process: RLIMIT_CPU and RLIMIT_FSIZE stop one runaway command (SIGXCPU / SIGXFSZ).
+  RLIMIT_NPROC is not used: the kernel exempts root (who runs alight in containers), and for other users it
+  counts every process the user has on the machine, not the episode's.
 - the watchdog (watchdog.py) sums every process of the episode: CPU seconds, resident memory, process count;
   past a limit it kills the whole sandbox and names the limit.
 A pids cgroup, where the machine lets us create one, makes the process limit a hard kernel limit too, so a fork
@@ -28,7 +29,6 @@ def rlimits(limits: EpisodeLimits) -> list[tuple[int, int, int]]:
     return [
         (resource.RLIMIT_CPU, cpu, cpu + 5),  # SIGXCPU at soft, SIGKILL at hard: one process's share
         (resource.RLIMIT_FSIZE, limits.file_size_mb * MB, limits.file_size_mb * MB),
-        (resource.RLIMIT_NPROC, limits.processes, limits.processes),  # honoured for non-root users only
         (resource.RLIMIT_CORE, 0, 0),  # a crashed tool must not write a core dump of the harness's memory
     ]
 
