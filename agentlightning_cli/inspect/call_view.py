@@ -15,8 +15,9 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
+from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.shapes import call_detail_json
 from agentlightning_cli.inspect.source import RunSource
 from agentlightning_cli.inspect.text import cell
@@ -62,7 +63,7 @@ class CallScreen(Screen[None]):
     def compose(self):
         yield Static(id="head")
         yield Scrolling(id="body")
-        yield Footer()
+        yield StatusLine("l logprobs · w raw · e expand · esc back · ? keys · q quit")
 
     def on_mount(self) -> None:
         store = self.source.store
@@ -83,6 +84,7 @@ class CallScreen(Screen[None]):
             lines.append(Text(f"error: {c['error']}", style="red"))
         self.query_one("#head", Static).update(Text("\n").join(lines))
         self.sub_title = f"{len(c['messages'])} turns sent · l logprobs · w raw · e expand"
+        self.query_one(StatusLine).say(self.sub_title)
         self.render_body()
         self.query_one("#body", Scrolling).focus()
 

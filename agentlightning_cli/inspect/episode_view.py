@@ -9,9 +9,10 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from agentlightning_cli.inspect.conversation import reply_turns
+from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.paged_table import PagedTable
 from agentlightning_cli.inspect.rows import merge_rows
 from agentlightning_cli.inspect.shapes import episode_duration
@@ -49,7 +50,7 @@ class EpisodeScreen(Screen[None]):
         yield Static(id="episode")
         yield PagedTable(COLUMNS, self._row, key=lambda c: c.id, id="calls")
         yield Static(id="rows")
-        yield Footer()
+        yield StatusLine("enter open a call · t training rows · esc back · ? keys · q quit")
 
     @property
     def table(self) -> PagedTable:
@@ -94,6 +95,7 @@ class EpisodeScreen(Screen[None]):
         self.table.show_items(self.calls, keep_key=current.id if current else None)
         self.query_one("#rows", Static).update(self._rows_text(summary.round_index, e.run_id))
         self.sub_title = f"{len(self.calls)} calls · enter opens one · t training rows"
+        self.query_one(StatusLine).say(self.sub_title)
         self.loaded = True
 
     def _row(self, c: CallSummary) -> list[Any]:

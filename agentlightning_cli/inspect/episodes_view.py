@@ -7,9 +7,10 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from agentlightning_cli.inspect.filters import parse_filter
+from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.paged_table import PagedTable
 from agentlightning_cli.inspect.shapes import episode_duration
 from agentlightning_cli.inspect.source import RunSource
@@ -58,7 +59,7 @@ class EpisodesScreen(Screen[None]):
         yield Input(placeholder="filter: status:failed outcome:timeout task:ID round:N reward>0.5 words  (enter applies)",
                     id="filter")
         yield PagedTable([h for h, _ in COLUMNS], episode_row, key=lambda s: s.episode.id, id="episodes")
-        yield Footer()
+        yield StatusLine("enter open · / filter · s/S sort · ? keys · q quit")
 
     @property
     def table(self) -> PagedTable:
@@ -122,6 +123,7 @@ class EpisodesScreen(Screen[None]):
         self.sub_title = (f"{len(items)} of {len(self.summaries)} episodes · sorted by {header}"
                           f"{' (descending)' if self.descending else ''}"
                           + (f" · filter: {self.query_text}" if self.query_text else ""))
+        self.query_one(StatusLine).say(self.sub_title)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         from agentlightning_cli.inspect.episode_view import EpisodeScreen

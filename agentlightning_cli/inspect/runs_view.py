@@ -7,8 +7,9 @@ from typing import Any
 
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
+from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.paged_table import PagedTable
 from agentlightning_cli.inspect.source import run_summaries
 from agentlightning_cli.inspect.text import when
@@ -30,7 +31,7 @@ class RunsScreen(Screen[None]):
     def compose(self):
         yield Static(f"runs under {self.runs_dir}/", id="where")
         yield PagedTable(COLUMNS, run_row, key=lambda r: r["dir"], id="runs")
-        yield Footer()
+        yield StatusLine("enter open · ? keys · q quit")
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -40,6 +41,7 @@ class RunsScreen(Screen[None]):
         runs = run_summaries(self.runs_dir)
         self.query_one("#runs", PagedTable).show_items(runs)
         self.sub_title = f"{len(runs)} runs · enter opens one"
+        self.query_one(StatusLine).say(self.sub_title)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         chosen = self.query_one("#runs", PagedTable).current()
