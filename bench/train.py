@@ -1,0 +1,193 @@
+"""Training benchmark: what prefix merging saves on real harness traffic, trainer throughput on CPU, and the
+round transition (pause -> adapter live) without the training itself.
+
+1. merge: real mini-SWE-agent episodes of 12+ calls against the scripted upstream (through the real proxy and
+   store; one turn per episode answers without a tool call, which mini-SWE-agent drops from its history). Rows
+   and tokens processed with one row per call vs strict vs splice merging, and why calls did not merge.
+2. throughput: train_round (GRPO + LoRA, tiny model) on a synthetic round; tokens/s from the stored step metrics.
+3. transition (--transition): the real vLLM serving the tiny model + the proxy: pause, drain, load a new adapter,
+   switch the policy, resume, unload the old one: seconds until the new adapter answers.
+
+    python bench/train.py [--episodes 3] [--calls 12] [--transition]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "train.json"
+
+
+def scripted_mini(calls: int, silent_step: int):
+    """mini-SWE-agent script: `calls` shell steps (one at `silent_step` answered with text, no tool), then submit."""
+    from agentlightning_cli.testing.harness_scripts import MINI_SUBMIT, _tool_results, shell_call
+
+    def reply(body: dict) -> dict:
+        messages = body.get("messages") or []
+        step = _tool_results(body)
+        # mini-SWE-agent answers a reply without a tool call with a format-error user turn (and drops the reply
+        # from its history): answer the text only once, at `silent_step`.
+        last_tool = max((i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1)
+        told_off = any(m.get("role") == "user" for m in messages[last_tool + 1:]) and last_tool >= 0
+        if step == silent_step and not told_off:
+            return {"content": "Let me think about which file to look at first."}
+        if step < calls:
+            return shell_call("mini-swe-agent", f"echo step {step}; ls")
+        return {"content": "", "tool_calls": [{"name": "bash", "arguments": json.dumps({"command": MINI_SUBMIT})}]}
+
+    return reply
+
+
+async def record_episodes(work: Path, episodes: int, calls: int) -> tuple[list[list], dict]:
+    from agentlightning_cli.harness import recipe as recipes
+    from agentlightning_cli.harness.install import require_installed
+    from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+
+    home = Path(os.environ.get("HARNESS_TEST_HOME") or Path.home() / ".cache" / "alight-test-home")
+    recipe = recipes.load("mini-swe-agent")
+    inst = require_installed(recipe, home)
+    out = []
+    for i in range(episodes):
+        async with SmokeEnvironment(work / f"run{i}", scripted_mini(calls, silent_step=calls // 2)) as env:
+            spec = env.new_episode(recipe, work / f"ws{i}", "Explore the repository.", timeout_s=600, max_turns=calls + 5)
+            outcome = await env.run(recipe, inst, spec)
+            out.append(env.store.get_calls(spec.episode_id))
+        print(f"  episode {i}: {outcome.status}, {len(out[-1])} calls", flush=True)
+    return out, {"harness": "mini-swe-agent", "version": inst.version}
+
+
+def merge_table(episodes: list[list]) -> dict:
+    from agentlightning_cli.testing.fake_tokens import IM_END, IM_START, token_text
+    from agentlightning_cli.train.rows import RowContext, build_rows
+
+    ctx = RowContext(decode=lambda ids: "".join(token_text(i) for i in ids),
+                     special_tokens=("<|im_start|>", "<|im_end|>"), eot_ids=frozenset({IM_END}))
+    del IM_START
+    calls = sum(len(e) for e in episodes)
+    per_call = sum(len(c.prompt_token_ids) + len(c.completion_token_ids) for e in episodes for c in e
+                   if c.status == "ok" and c.prompt_token_ids)
+    result = {"episodes": len(episodes), "calls": calls, "per_call": {"rows": calls, "tokens": per_call}}
+    for rule in ("strict", "splice"):
+        rows, tokens, breaks = 0, 0, {}
+        for i, e in enumerate(episodes):
+            report = build_rows(f"ep{i}", e, ctx, rule)
+            rows += len(report.rows)
+            tokens += sum(r.length for r in report.rows)
+            for k, v in report.breaks.items():
+                breaks[k] = breaks.get(k, 0) + v
+        result[rule] = {"rows": rows, "tokens": tokens, "calls_per_row": round(calls / rows, 2),
+                        "tokens_saved_x": round(per_call / tokens, 2), "breaks": breaks}
+    return result
+
+
+def throughput(work: Path) -> dict:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+    from agentlightning_cli.store import CallRecord, Store
+    from agentlightning_cli.train.round_step import train_round
+
+    tiny = build_tiny_model(work / "tiny")
+    store = Store.open(work / "tp")
+    run = store.create_run("tp", {})
+    rnd = store.create_round(run.id, 0, "policy-r0", None)
+    rng = random.Random(0)
+    for task in range(4):
+        for attempt in range(8):
+            ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
+            prompt = [1] + [rng.randrange(5, 4000) for _ in range(200)]
+            for _ in range(3):
+                comp = [rng.randrange(5, 4000) for _ in range(40)] + [2]
+                store.add_call(CallRecord(episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1",
+                                          status="ok", http_status=200, stream=False, client_request=b"{}",
+                                          started_at=1.0, ended_at=2.0, prompt_token_ids=prompt,
+                                          completion_token_ids=comp, completion_logprobs=[-8.0] * len(comp)))
+                prompt = prompt + comp + [rng.randrange(5, 4000) for _ in range(30)]
+            store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+    settings = Settings()
+    settings.train.lora_rank, settings.train.batch_size, settings.train.grad_accum = 8, 4, 2
+    report = train_round(store, run.id, 0, base_model=tiny, settings=settings, out_dir=work / "tp-adapter",
+                         log=lambda m: None)
+    steps = store.list_train_steps(run.id, 0)
+    later = steps[1:] or steps  # the first step also pays for warm-up
+    return {"model": "tiny (4M params, Qwen2-style)", "rows": report.rows, "steps": report.steps,
+            "tokens_per_step": steps[0].extra.get("tokens"),
+            "tokens_per_s_median": sorted(s.tokens_per_s for s in later)[len(later) // 2],
+            "seconds_total": round(report.seconds, 1), "threads": os.environ.get("OMP_NUM_THREADS", "half the cores")}
+
+
+async def transition(work: Path) -> dict:
+    from agentlightning_cli.config import load_settings
+    from agentlightning_cli.proxy.server import Proxy
+    from agentlightning_cli.serve.adapters import make_adapter
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+    from agentlightning_cli.store import Store
+
+    tiny = build_tiny_model(work / "tiny-t")
+    settings = load_settings(flags={"serve": {"max_model_len": 1024, "startup_timeout_s": 300}})
+    store = Store.open(work / "tr")
+    samples = []
+    with PolicyServer(settings, work / "tr", tiny) as policy:
+        proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy)
+        await proxy.start("127.0.0.1", 0)
+        try:
+            for n in range(1, 4):
+                path = make_adapter(tiny, work / "tr" / "adapters" / f"r{n}", rank=8, seed=n, random_b=True)
+                t0 = time.perf_counter()
+                await proxy.pause()
+                await proxy.drain()
+                old = policy.policy
+                proxy.set_policy(policy.load(n, path))
+                proxy.resume()
+                policy.unload(old)
+                samples.append(time.perf_counter() - t0)
+        finally:
+            await proxy.stop()
+    return {"samples_s": [round(s, 3) for s in samples], "median_s": round(sorted(samples)[1], 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--transition", action="store_true")
+    args = parser.parse_args()
+    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print("recording mini-SWE-agent episodes ...", flush=True)
+        episodes, meta = asyncio.run(record_episodes(work, args.episodes, args.calls))
+        result["merge"] = {**meta, **merge_table(episodes)}
+        print("training throughput ...", flush=True)
+        result["throughput"] = throughput(work)
+        if args.transition:
+            print("round transition ...", flush=True)
+            result["transition"] = asyncio.run(transition(work))
+    m = result["merge"]
+    print(f"\n{m['episodes']} mini-SWE-agent episodes, {m['calls']} calls")
+    print(f"{'layout':<10}{'rows':>6}{'calls/row':>11}{'tokens':>9}{'fewer':>8}  breaks")
+    print(f"{'per call':<10}{m['calls']:>6}{1.0:>11.2f}{m['per_call']['tokens']:>9}{1.0:>7.2f}x")
+    for rule in ("strict", "splice"):
+        r = m[rule]
+        print(f"{rule:<10}{r['rows']:>6}{r['calls_per_row']:>11.2f}{r['tokens']:>9}{r['tokens_saved_x']:>7.2f}x  {r['breaks']}")
+    t = result["throughput"]
+    print(f"\ntraining: {t['tokens_per_s_median']:.0f} tokens/s on CPU ({t['model']}, {t['tokens_per_step']:.0f}"
+          f" tokens per step, {t['steps']} steps, {t['seconds_total']} s with loading and saving)")
+    if "transition" in result:
+        print(f"round transition (pause -> adapter live, no training): {result['transition']['median_s']} s median")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
