@@ -367,7 +367,9 @@ def inspect_list(
 
     rows = list_episodes(run, _runs_dir(run), round_index, status, task, outcome)
     if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        from agentlightning_cli.inspect.export import dumps_pretty
+
+        sys.stdout.write(dumps_pretty(rows))
     else:
         sys.stdout.write(episodes_table(rows))
 
