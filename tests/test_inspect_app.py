@@ -141,3 +141,16 @@ async def test_runs_screen_lists_runs_and_opens_one(demo, tmp_path: Path):
         await pilot.press("escape", "enter")
         await pilot.pause()
         assert isinstance(app.screen, EpisodesScreen) and app.screen.table.row_count == 12
+
+
+async def test_episode_list_read_while_the_app_starts_is_what_it_shows(demo):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentlightning_cli.commands.inspect import _episode_summaries
+
+    with ThreadPoolExecutor(1) as pool:
+        app = InspectApp(demo.run_dir, preload=pool.submit(_episode_summaries, demo.run_dir))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            assert app.screen.preloaded is None  # used once, for the first paint
+            assert [app.screen.table.get_row_at(i)[0] for i in range(12)] == demo.episodes

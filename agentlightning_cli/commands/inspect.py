@@ -131,11 +131,21 @@ def stats(run: str | None, runs_dir: Path, plot: Path | None = None) -> dict[str
     return data
 
 
+def _episode_summaries(run_dir: Path) -> list[EpisodeSummary]:
+    with RunSource.open(run_dir) as src:
+        return src.store.episode_summaries()
+
+
 def browse(run: str | None, runs_dir: Path) -> None:
     """The interactive app (Textual, imported only now): the run's episodes, or the list of runs without RUN."""
-    from agentlightning_cli.inspect.app import InspectApp
+    from concurrent.futures import ThreadPoolExecutor
 
     run_dir = resolve_run_dir(run, runs_dir) if run else None
     if run_dir is None and not run_dirs(runs_dir):
         resolve_run_dir(None, runs_dir)  # raises the "no runs" error with its hint
-    InspectApp(run_dir, runs_dir=runs_dir).run()
+    with ThreadPoolExecutor(1) as pool:
+        # The episode list is read while Textual is imported: SQLite works without the GIL, so the two overlap.
+        preload = pool.submit(_episode_summaries, run_dir) if run_dir else None
+        from agentlightning_cli.inspect.app import InspectApp
+
+        InspectApp(run_dir, runs_dir=runs_dir, preload=preload).run()

@@ -8,6 +8,7 @@ Textual is imported by this module only, which nothing imports until the app sta
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
@@ -41,11 +42,12 @@ class InspectApp(App[None]):
     BINDINGS = [Binding("q", "quit", "quit"), Binding("question_mark", "help", "keys")]
     REFRESH_S = 2.0  # how often the open run is checked for new commits (PRAGMA data_version: one cheap read)
 
-    def __init__(self, run_dir: Path | None, runs_dir: Path = Path("runs")):
+    def __init__(self, run_dir: Path | None, runs_dir: Path = Path("runs"), preload: Any = None):
         super().__init__()
         self.run_dir = run_dir
         self.runs_dir = runs_dir
         self.source: RunSource | None = None
+        self.preload = preload  # a Future of the run's episode summaries, read while the app started
 
     def on_mount(self) -> None:
         from agentlightning_cli.inspect.episodes_view import EpisodesScreen
@@ -55,7 +57,7 @@ class InspectApp(App[None]):
             self.push_screen(RunsScreen(self.runs_dir))
         else:
             self.source = RunSource.open(self.run_dir)
-            self.push_screen(EpisodesScreen(self.source))
+            self.push_screen(EpisodesScreen(self.source, self.preload.result() if self.preload else None))
 
     def open_run(self, run_dir: Path) -> None:
         from agentlightning_cli.inspect.episodes_view import EpisodesScreen

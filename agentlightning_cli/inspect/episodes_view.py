@@ -45,9 +45,10 @@ class EpisodesScreen(Screen[None]):
     ]
     DEFAULT_CSS = "#summary { height: auto; padding: 0 1; } #filter { display: none; } #filter.shown { display: block; }"
 
-    def __init__(self, source: RunSource):
+    def __init__(self, source: RunSource, summaries: list[EpisodeSummary] | None = None):
         super().__init__()
         self.source = source
+        self.preloaded = summaries  # read while the app started; used for the first paint only
         self.summaries: list[EpisodeSummary] = []
         self.query_text = ""
         self.sort_column = 0
@@ -81,7 +82,7 @@ class EpisodesScreen(Screen[None]):
         self._version = self.source.store.data_version()
         for cached in ("runs", "_names"):  # the run's status may have changed too
             self.source.__dict__.pop(cached, None)
-        self.summaries = self.source.store.episode_summaries()
+        self.summaries, self.preloaded = self.preloaded or self.source.store.episode_summaries(), None
         if stats:
             self._show_summary()
         current = self.table.current() if self.table.items else None
