@@ -9,6 +9,7 @@ again continues the same run: ended episodes are kept, unfinished ones redone.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,22 @@ class VLLMDied(AlightError):
     pass
 
 
+def _hub_model(model: Path | None) -> Path | None:
+    """`--model Qwen/Qwen2.5-Coder-7B-Instruct`: a Hugging Face Hub id (not a local folder) is downloaded once
+    into the Hub cache and served from there."""
+    text = str(model) if model is not None else ""
+    if not text or Path(text).expanduser().exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        return model
+    from huggingface_hub import snapshot_download
+
+    print(f"alight run: fetching {text} from the Hugging Face Hub (once; cached)", file=sys.stderr, flush=True)
+    try:
+        return Path(snapshot_download(text))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown id, gated model: one clear error
+        raise AlightError(f"--model {text}: not a local folder, and the Hub download failed: {exc}",
+                          "pass a local model directory, or check the id and the network") from None
+
+
 def default_name(opts: RunOptions, recipe_name: str) -> str:
     """Deterministic, so the same command run again resumes the same run."""
     return f"{Path(opts.task_set).stem}-{recipe_name}"
@@ -42,7 +59,7 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
         from agentlightning_cli.serve.policy import resolve_model
         from agentlightning_cli.serve.vllm import check_model_dir
 
-        model = resolve_model(settings, opts.model)
+        model = resolve_model(settings, _hub_model(opts.model))
         check_model_dir(model)
         size_for_harness(settings, recipe, model)
     if opts.max_calls is not None:
@@ -114,7 +131,7 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
         else:
             with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
                 summary = _run_loop(_serve_round(settings, opts, ctx, tasks, policy.base_url, policy,
-                                                                 policy.policy, probe))
+                                                 policy.policy, probe, model))
         status = "done"
         return summary
     except KeyboardInterrupt:
@@ -127,11 +144,14 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
 def _already_complete(store: Any, run_row: Any, tasks: list[Any], opts: RunOptions) -> RoundSummary | None:
     from agentlightning_cli.rollout.plan import plan_round
 
-    rnd = next((r for r in store.list_rounds(run_row.id) if r.index == 0), None)
-    if rnd is None or plan_round(run_row.id, 0, tasks, opts.attempts, store.list_episodes(round_id=rnd.id)).todo:
+    last = opts.rounds - 1
+    rnd = next((r for r in store.list_rounds(run_row.id) if r.index == last), None)
+    if rnd is None or plan_round(run_row.id, last, tasks, opts.attempts, store.list_episodes(round_id=rnd.id)).todo:
         return None
     print(f"alight run: every episode of run {run_row.name} has ended already", file=sys.stderr, flush=True)
-    return _summary(store, run_row.id, rnd.id, opts, None, {t.id for t in tasks})
+    summary = _summary(store, run_row.id, rnd.id, opts, None, {t.id for t in tasks})
+    summary.round = last
+    return summary
 
 
 def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: Any, task_ids: set[str]) -> RoundSummary:
@@ -149,21 +169,24 @@ def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: An
 
 
 async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[Any], upstream_url: str,
-                       policy: Any, policy_name: str | None, probe: Any) -> RoundSummary:
+                       policy: Any, policy_name: str | None, probe: Any, model: Path | None = None) -> RoundSummary:
     from agentlightning_cli.rollout.progress import Progress
     from agentlightning_cli.rollout.round import run_round
 
+    from agentlightning_cli.commands.run_rounds import run_rounds
+
     store = ctx.store
-    rnd = next((r for r in store.list_rounds(ctx.run_id) if r.index == 0), None) or store.create_round(
-        ctx.run_id, 0, policy_name or "upstream", str(policy.adapter_dir(0)) if policy else None)
-    ctx.round_id = rnd.id
     stop = asyncio.Event()
     caught = lifecycle.stop_on_signals(stop)
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
                                        on_budget_exceeded=ctx.stopper) as proxy:
         ctx.proxy = proxy
-        progress = Progress(len(tasks) * opts.attempts)
-        work = asyncio.ensure_future(run_round(ctx, 0, tasks, opts.attempts, opts.concurrency, progress))
+
+        async def play(index: int) -> None:
+            progress = Progress(len(tasks) * opts.attempts)
+            await run_round(ctx, index, tasks, opts.attempts, opts.concurrency, progress)
+
+        work = asyncio.ensure_future(run_rounds(settings, opts, ctx, tasks, proxy, policy, model, play))
         waits = {work, asyncio.ensure_future(stop.wait())}
         if policy is not None:
             waits.add(asyncio.ensure_future(_watch_vllm(policy)))
@@ -179,10 +202,12 @@ async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[An
                   file=sys.stderr, flush=True)
             lifecycle.raise_if_interrupted(caught)
             raise KeyboardInterrupt
-        work.result()  # re-raises a failure of the round itself
+        round_id, notes = work.result()  # re-raises a failure of the rounds themselves
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
-    store.finish_round(rnd.id, "done")
-    return _summary(store, ctx.run_id, rnd.id, opts, probe, {t.id for t in tasks})
+    summary = _summary(store, ctx.run_id, round_id, opts, probe, {t.id for t in tasks})
+    summary.round = store.get_round(round_id).index
+    summary.notes = notes + summary.notes
+    return summary
 
 
 def _run_loop(main: Any) -> Any:
