@@ -3,6 +3,7 @@ cache (one fetch for many attempts), stale-process cleanup, the run lock and the
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import subprocess
@@ -193,3 +194,44 @@ def test_plain_progress_lines_when_not_a_terminal():
     assert "episodes 2/3 done, 0 running, 1 queued | mean reward 1.00 | calls 2" in p.line()
     assert "setup_failed 1" in p.line()
     time.sleep(0)
+
+
+def test_live_progress_renders_the_counts():
+    out = io.StringIO()
+    with Progress(2, stream=out, live=True) as p:
+        p.started_one()
+        p.finished_one("ep-1", "a", 0, "done", "timeout", 0.0, 3, 10)
+    text = out.getvalue()
+    assert "episodes 1/2 done, 0 running, 1 queued" in text and "timeout 1" in text
+
+
+async def test_run_mode_proxy_knows_only_registered_episodes(tmp_path):
+    """As `alight run` starts it (ad_hoc=False): 404 for an episode it was not given, 200 once registered."""
+    import urllib.error
+    import urllib.request
+
+    from agentlightning_cli.rollout.episode import RoundContext, create
+    from agentlightning_cli.rollout.plan import Slot
+    from agentlightning_cli.testing.proxy_env import ProxyEnv
+
+    def get(url: str, key: str) -> int:
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+        try:
+            return urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    async with ProxyEnv(tmp_path / "run") as env:
+        assert env.ad_hoc is False
+        run = env.store.create_run("r", {})
+        rnd = env.store.create_round(run.id, 0, "policy-r0", None)
+        ctx = RoundContext(store=env.store, proxy=env.proxy, recipe=type("R", (), {"name": "x"})(), installed=None,
+                           run_id=run.id, round_id=rnd.id, run_dir=tmp_path / "run",
+                           sources=SourceCache(tmp_path / "s"))
+        ep = episode_id(run.id, 0, "t", 0)
+        url = env.proxy.episode_base_url(ep) + "/models"
+        assert await asyncio.to_thread(get, url, "ek-guess") == 404
+        key = await asyncio.to_thread(create, ctx, Slot(T("t"), 0, ep))
+        assert await asyncio.to_thread(get, url, key) == 200
+        assert await asyncio.to_thread(get, url, "ek-wrong") == 401
+        assert env.store.get_episode(ep).status == "pending"
