@@ -2,7 +2,7 @@
 
     box = Sandbox(spec)                                    # makes the episode's cgroup (where possible)
     argv = box.command(argv, cwd)                          # bwrap ... -- forwarder ... -- argv
-    proc = Popen(argv, env=env, **box.popen_kwargs())      # rlimits + cgroup joined in the child
+    proc = Popen(argv, env=env, **box.popen_kwargs())      # cgroup and rlimits set by sh/prlimit in front
     box.started(proc.pid)                                  # the watchdog starts
     ...wait...
     box.close()                                            # -> box.limit / box.breach when a limit ended it
@@ -14,13 +14,17 @@ Killing `proc` (bubblewrap) ends everything inside: the sandbox's first process 
 from __future__ import annotations
 
 import os
+import resource
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.sandbox import bwrap
-from agentlightning_cli.sandbox.limits import MB, PidsCgroup, apply_rlimits, join_cgroup, rlimits
+from agentlightning_cli.sandbox.limits import MB, PidsCgroup, apply_rlimits, rlimits
 from agentlightning_cli.sandbox.watchdog import Watchdog
+
+_PRLIMIT = shutil.which("prlimit")
 
 # A child killed by one of these died of a per-process rlimit (the forwarder exits 128 + N for it).
 SIGNAL_LIMITS = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}
@@ -41,17 +45,24 @@ class Sandbox:
         self.breach: str | None = None
 
     def command(self, argv: list[str], cwd: Path) -> list[str]:
-        return bwrap.command(self.spec, argv, cwd, self.bwrap, info_fd=self._info_w)
+        """sh (joins the cgroup) -> prlimit (sets the rlimits) -> bwrap: both done by small programs in front,
+        so the caller needs no preexec_fn (which makes Python fork its whole process instead of vfork: ~20 ms)."""
+        inner = bwrap.command(self.spec, argv, cwd, self.bwrap, info_fd=self._info_w)
+        if _PRLIMIT is not None:
+            flags = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_FSIZE: "--fsize", resource.RLIMIT_CORE: "--core"}
+            inner = [_PRLIMIT, *(f"{flags[r]}={soft}:{hard}" for r, soft, hard in rlimits(self.spec.limits)),
+                     "--", *inner]
+        if self.cgroup is not None:
+            # "0" moves the writing process (this sh) in; bwrap and all it starts inherit the cgroup.
+            inner = ["/bin/sh", "-c", '{ echo 0 > "$1"; } 2>/dev/null; shift; exec "$@"', "sh",
+                     self.cgroup.procs_file(), *inner]
+        return inner
 
     def popen_kwargs(self) -> dict[str, Any]:
-        values = rlimits(self.spec.limits)
-        procs_file = self.cgroup.procs_file() if self.cgroup else None
-
-        def prepare() -> None:  # runs in the child between fork and exec
-            join_cgroup(procs_file)
-            apply_rlimits(values)
-
-        kwargs: dict[str, Any] = {"preexec_fn": prepare}
+        kwargs: dict[str, Any] = {}
+        if _PRLIMIT is None:  # no prlimit program: set the limits in the child between fork and exec
+            values = rlimits(self.spec.limits)
+            kwargs["preexec_fn"] = lambda: apply_rlimits(values)
         if self._info_w is not None:
             kwargs["pass_fds"] = (self._info_w,)
         return kwargs

@@ -99,17 +99,7 @@ class PidsCgroup:
             except OSError:
                 if time.monotonic() > deadline:
                     return
-                time.sleep(0.01)
-
-
-def join_cgroup(procs_file: str | None) -> None:
-    """In the child before exec: move itself into the episode's cgroup, so all it starts is counted."""
-    if procs_file:
-        try:
-            with open(procs_file, "w") as f:
-                f.write("0")  # "0" means the writing process
-        except OSError:
-            pass
+                time.sleep(0.002)
 
 
 def _candidate_parents() -> list[Path]:
