@@ -60,16 +60,39 @@ def startup(n: int) -> dict:
     from agentlightning_cli.sandbox import Sandbox, SandboxSpec
     from agentlightning_cli.sandbox.bwrap import command
 
-    work = Path(tempfile.mkdtemp(prefix="alight-bench-"))
-    sock = work / "fake.sock"
     import socket
+    import threading
 
+    work = Path(tempfile.mkdtemp(prefix="alight-bench-"))
+    sock = work / "inbox.sock"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(sock))
     listener.listen()
-    arms: dict[str, list[float]] = {"host": [], "bwrap": [], "episode sandbox": []}
+
+    def inbox() -> None:  # stands in for the proxy's listener inbox: takes the socket, says K, waits for EOF
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+            conn.send(b"K")
+            conn.recv(1)
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+    threading.Thread(target=inbox, daemon=True).start()
+    from agentlightning_cli.sandbox.bwrap import forwarder_python
+
+    python = forwarder_python()[0]
+    arms: dict[str, list[float]] = {"host": [], "bwrap": [], "forwarder's interpreter start (host)": [],
+                                    "episode sandbox": []}
     bwrap_spec = SandboxSpec(writable=[work])
     for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run([python, "-I", "-S", "-c", "pass"], start_new_session=True, check=True)
+        arms["forwarder's interpreter start (host)"].append(time.perf_counter() - t)
         t = time.perf_counter()
         subprocess.run(["true"], start_new_session=True, check=True)
         arms["host"].append(time.perf_counter() - t)
@@ -77,7 +100,7 @@ def startup(n: int) -> dict:
         subprocess.run(command(bwrap_spec, ["true"], work, "bwrap"), start_new_session=True, check=True)
         arms["bwrap"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        box = Sandbox(SandboxSpec(writable=[work], proxy_socket=sock, proxy_port=8765))
+        box = Sandbox(SandboxSpec(writable=[work], proxy_listeners=sock, proxy_port=8765))  # the default path
         proc = subprocess.Popen(box.command(["true"], work), start_new_session=True, **box.popen_kwargs())
         box.started(proc.pid)
         proc.wait()
