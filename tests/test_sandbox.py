@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -251,3 +252,19 @@ async def test_without_a_pids_cgroup_the_watchdog_still_stops_a_fork_bomb(tmp_pa
     assert box.cgroup is None
     await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps({"mode": "fork_bomb"})], ws, timeout=60)
     assert box.limit == "processes" and "alive" in box.breach, box.breach
+
+
+def test_alight_run_without_bubblewrap_stops_before_anything_starts(tmp_path: Path) -> None:
+    import subprocess
+
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "prompt": "p", "reward": "true"}) + "\n")
+    recipe = tmp_path / "agent.yaml"
+    recipe.write_text("name: a\ndescription: d\nprotocol: openai-chat\ncommand: [\"true\"]\n")
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # python, but no bwrap
+    proc = subprocess.run([sys.executable, "-m", "agentlightning_cli", "run", "--task-set", str(tasks),
+                           "--harness", str(recipe), "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "bubblewrap" in proc.stderr and "apt-get install bubblewrap" in proc.stderr
+    assert not (tmp_path / "run").exists()

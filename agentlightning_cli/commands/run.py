@@ -54,6 +54,10 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     tasks = load_task_subset(opts)
     recipe, installed = recipe_and_install(settings, opts.harness)
+    if settings.sandbox == "bwrap":  # before anything starts: a machine that cannot sandbox gets the fix now
+        from agentlightning_cli.sandbox import ensure_available
+
+        ensure_available()
     model = None
     if opts.upstream is None:
         from agentlightning_cli.serve.policy import resolve_model
