@@ -89,3 +89,19 @@ def test_template_choice(tmp_path: Path, tiny: Path):
     assert choose_template(str(custom), tiny, tmp_path).path == custom
     with pytest.raises(AlightError, match="neither model, training, auto nor a file"):
         choose_template(str(tmp_path / "missing.jinja"), tiny, tmp_path)
+
+
+def test_serve_adapter_is_checked_and_fits_vllms_rank_limit(tmp_path: Path, tiny: Path):
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.serve.adapters import make_adapter
+    from agentlightning_cli.serve.policy import PolicyServer
+
+    settings = Settings()
+    settings.serve.adapter = tmp_path / "nope"
+    with pytest.raises(AlightError, match="no adapter_config.json") as err:
+        PolicyServer(settings, tmp_path / "run", tiny).start()  # refused before vLLM starts
+    assert "alight train" in err.value.hint
+    adapter = make_adapter(tiny, tmp_path / "r16", rank=16)
+    settings.serve.adapter = adapter
+    policy = PolicyServer(settings, tmp_path / "run", tiny)
+    assert policy._given_adapter(adapter) == adapter.resolve() and settings.serve.max_lora_rank == 16
