@@ -105,3 +105,23 @@ def test_serve_adapter_is_checked_and_fits_vllms_rank_limit(tmp_path: Path, tiny
     settings.serve.adapter = adapter
     policy = PolicyServer(settings, tmp_path / "run", tiny)
     assert policy._given_adapter(adapter) == adapter.resolve() and settings.serve.max_lora_rank == 16
+
+
+def test_alight_train_trains_the_last_round_and_prints_a_summary(tmp_path: Path, tiny: Path):
+    import json
+
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0)
+    store.close()
+    result = alight_train(tmp_path, "r", "--base-model", str(tiny), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # stdout is only the JSON: the trainer's own log lines stay off it
+    adapter = tmp_path / "runs" / "r" / "adapters" / "round-0"
+    assert report["adapter_dir"] == str(adapter) and (adapter / "adapter_model.safetensors").is_file()
+    assert (report["rows"], report["calls"], report["calls_per_row"], report["merge_rule"]) == (8, 16, 2.0, "strict")
+    assert report["steps"] >= 1 and report["break_reasons"] == {} and report["metrics"][0]["loss"] is not None
+    text = alight_train(tmp_path, str(tmp_path / "runs" / "r"), "--round", "0", "--base-model", str(tiny),
+                        "--out", str(tmp_path / "again"))
+    assert text.returncode == 0, text.stderr
+    assert "rows        8 from 16 calls (2.00 calls per row, merge=strict)" in text.stdout
+    assert "breaks      none" in text.stdout and "(fresh LoRA)" in text.stdout

@@ -84,6 +84,7 @@ def train(job: GRPORun) -> GRPOResult:
     _quiet_hub()
     import torch
     from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig
 
     from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer
@@ -121,6 +122,9 @@ def train(job: GRPORun) -> GRPOResult:
         train_dataset=Dataset.from_list([_as_record(r) for r in rows]), callbacks=[log],
     )
     trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
+    # The printer would put every log dict on stdout, which belongs to `alight train --json`; our own step lines
+    # go to the log callback instead.
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     job.out_dir.mkdir(parents=True, exist_ok=True)
     trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
