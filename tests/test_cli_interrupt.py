@@ -19,7 +19,9 @@ def test_ctrl_c_on_proxy_exits_130_and_leaves_the_store_readable(tmp_path: Path)
     try:
         deadline = time.time() + 60
         seen = ""
-        while "http://127.0.0.1:" not in seen:
+        # "recording" is printed once the proxy listens and the store is open (a warning about the unreachable
+        # upstream, which also names a URL, comes before it).
+        while "store:" not in seen:
             assert time.time() < deadline and proc.poll() is None, f"proxy did not start: {seen}"
             seen += proc.stdout.readline()
         proc.send_signal(signal.SIGINT)
