@@ -93,9 +93,13 @@ def run_checks() -> dict:
         requirement, py = f" (OpenHands; cannot read its recipe: {exc})", None
     checks.append(Check(f"python{requirement}", py is not None, _command_version([py, "--version"]) if py else None,
                         py, None if py else f"install a Python {requirement} (OpenHands needs it), e.g. with pyenv"))
-    from agentlightning_cli.sandbox.check import sandbox_status
+    try:
+        from agentlightning_cli.sandbox.check import sandbox_status
 
-    sandbox = sandbox_status()  # `sandbox: bwrap` is the default: episodes need it unless `none` is chosen
+        sandbox = sandbox_status()  # `sandbox: bwrap` is the default: episodes need it unless `none` is chosen
+    except ImportError as exc:  # alight's own dependencies are missing; the package checks above say so
+        sandbox = {"ok": False, "version": None, "detail": f"cannot check: {exc}",
+                   "fix": "reinstall alight (bash scripts/install.sh), then run alight doctor again"}
     checks.append(Check("bubblewrap (sandbox)", sandbox["ok"], sandbox["version"], sandbox["detail"], sandbox["fix"]))
     return {
         "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
