@@ -268,3 +268,15 @@ def test_alight_run_without_bubblewrap_stops_before_anything_starts(tmp_path: Pa
     assert proc.returncode == 1, proc.stderr
     assert "bubblewrap" in proc.stderr and "apt-get install bubblewrap" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_stale_empty_episode_cgroup_of_a_gone_process_is_swept(tmp_path: Path) -> None:
+    from agentlightning_cli.sandbox.limits import _sweep_stale
+
+    # A plain folder stands in for the cgroup hierarchy: rmdir behaves the same (it fails while not empty).
+    gone, mine, busy = (tmp_path / f"alight-{pid}-ab12cd34" for pid in (999999999, os.getpid(), 999999998))
+    for path in (gone, mine, busy):
+        path.mkdir()
+    (busy / "cgroup.procs").write_text("123")  # not empty: rmdir fails, like a cgroup with processes
+    _sweep_stale(tmp_path)
+    assert not gone.exists() and mine.exists() and busy.exists()

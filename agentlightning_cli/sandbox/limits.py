@@ -55,6 +55,7 @@ class PidsCgroup:
     def create(cls, limit: int) -> "PidsCgroup | None":
         """A fresh cgroup with pids.max = limit, or None where the machine does not let us make one."""
         for parent in _candidate_parents():
+            _sweep_stale(parent)
             path = parent / f"alight-{os.getpid()}-{secrets.token_hex(4)}"
             try:
                 path.mkdir()
@@ -116,6 +117,19 @@ def _candidate_parents() -> list[Path]:
     except OSError:
         pass
     return found
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove empty episode cgroups left by an alight process that is gone (the kernel can hold a finished
+    sandbox's cgroup busy for a while after its last process exited, longer than remove() waits)."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith("alight-")]
+    except OSError:
+        return
+    for name in names:
+        owner = name.split("-")[1]
+        if owner.isdigit() and int(owner) != os.getpid() and not os.path.exists(f"/proc/{owner}"):
+            _rmdir(parent / name)  # fails harmlessly while it still has processes
 
 
 def _rmdir(path: Path) -> None:
