@@ -17,9 +17,9 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.recipe import Recipe
-from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
 from agentlightning_cli.sandbox import Sandbox, SandboxSpec, choice, ensure_available
 from agentlightning_cli.sandbox.paths import runtime_roots
+from agentlightning_cli.sandbox.bwrap import LISTENERS_SOCKET
 from agentlightning_cli.sandbox.relay import Relay
 
 LOOPBACK = {"127.0.0.1", "localhost"}

@@ -14,10 +14,12 @@ import os
 import socket
 from typing import Awaitable, Callable
 
+from agentlightning_cli.sandbox.bwrap import LISTENERS_SOCKET  # the name both sides agree on
+
+__all__ = ["LISTENERS_SOCKET", "ListenerInbox"]
+
 log = logging.getLogger(__name__)
 
-LISTENERS_SOCKET = "listeners.sock"
-"""Beside the proxy's HTTP Unix socket (Proxy.unix_path), in the same private folder."""
 
 Serve = Callable[[socket.socket], Awaitable[asyncio.AbstractServer]]
 
