@@ -66,12 +66,11 @@ async def record_episodes(work: Path, episodes: int, calls: int) -> tuple[list[l
 
 
 def merge_table(episodes: list[list]) -> dict:
-    from agentlightning_cli.testing.fake_tokens import IM_END, IM_START, token_text
+    from agentlightning_cli.testing.fake_tokens import IM_END, token_text
     from agentlightning_cli.train.rows import RowContext, build_rows
 
     ctx = RowContext(decode=lambda ids: "".join(token_text(i) for i in ids),
                      special_tokens=("<|im_start|>", "<|im_end|>"), eot_ids=frozenset({IM_END}))
-    del IM_START
     calls = sum(len(e) for e in episodes)
     per_call = sum(len(c.prompt_token_ids) + len(c.completion_token_ids) for e in episodes for c in e
                    if c.status == "ok" and c.prompt_token_ids)
