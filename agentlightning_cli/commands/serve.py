@@ -7,6 +7,7 @@ particular to serve: the run row and its round 0, the port check before vLLM's s
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,6 +51,11 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
     # A wrong --model is reported before anything is written under runs/.
     model = resolve_model(settings, model)
     check_model_dir(model)
+    # The banner prints settings for every shipped harness: vLLM's context must hold each one's first prompt.
+    from agentlightning_cli.commands.context import size_for_serve
+
+    for warning in size_for_serve(settings, model):
+        print(f"warning: {warning}", file=sys.stderr)
     store, run, run_dir = open_run(settings, name)
     try:
         with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
