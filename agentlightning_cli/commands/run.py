@@ -153,12 +153,12 @@ def _already_complete(store: Any, run_row: Any, tasks: list[Any], opts: RunOptio
     if rnd is None or plan_round(run_row.id, last, tasks, opts.attempts, store.list_episodes(round_id=rnd.id)).todo:
         return None
     print(f"alight run: every episode of run {run_row.name} has ended already", file=sys.stderr, flush=True)
-    summary = _summary(store, run_row.id, rnd.id, opts, None, {t.id for t in tasks})
+    summary = _summary(store, run_row.id, rnd.id, opts, None, [t.id for t in tasks])
     summary.round = last
     return summary
 
 
-def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: Any, task_ids: set[str]) -> RoundSummary:
+def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: Any, task_ids: list[str]) -> RoundSummary:
     from agentlightning_cli.rollout.round import final_episodes
     from agentlightning_cli.rollout.summary import summarize
 
@@ -169,7 +169,8 @@ def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: An
     if not trainable:
         notes.append(f"this run cannot be trained on: the upstream {opts.upstream} rejects token ids and logprobs, "
                      "so its calls were recorded without them")
-    return summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes)
+    return summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes,
+                     order=task_ids)
 
 
 async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[Any], upstream_url: str,
@@ -208,7 +209,7 @@ async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[An
             raise KeyboardInterrupt
         round_id, notes = work.result()  # re-raises a failure of the rounds themselves
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
-    summary = _summary(store, ctx.run_id, round_id, opts, probe, {t.id for t in tasks})
+    summary = _summary(store, ctx.run_id, round_id, opts, probe, [t.id for t in tasks])
     summary.round = store.get_round(round_id).index
     summary.notes = notes + summary.notes
     return summary

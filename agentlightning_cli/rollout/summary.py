@@ -56,9 +56,11 @@ class RoundSummary:
 
 
 def summarize(run_name: str, round_index: int, k: int, episodes: Iterable[Any], calls: int = 0,
-              trainable: bool = True, notes: list[str] | None = None) -> RoundSummary:
-    """`episodes`: the round's final episodes (store rows: task_id, status, outcome, reward)."""
-    eps = list(episodes)
+              trainable: bool = True, notes: list[str] | None = None, order: list[str] | None = None) -> RoundSummary:
+    """`episodes`: the round's final episodes (store rows: task_id, status, outcome, reward); tasks are listed in
+    `order` (the task set's) where given."""
+    rank = {task_id: i for i, task_id in enumerate(order or [])}
+    eps = sorted(episodes, key=lambda e: (rank.get(e.task_id, len(rank)), e.task_id, e.attempt))
     by_task: dict[str, list[Any]] = {}
     for ep in eps:
         by_task.setdefault(ep.task_id, []).append(ep)
