@@ -261,7 +261,7 @@ def run_command(
     max_calls: Annotated[Optional[int], typer.Option(help="LLM calls allowed per episode.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Completion tokens allowed per episode.")] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="The harness's own turn limit, where it has one.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Sampling seed (recorded in the run's settings).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seeded sampling: each chat call goes upstream with a vLLM seed derived from (seed, episode id, call index); it replaces a client's own seed.")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep each episode's workspace after its reward.")] = False,
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,

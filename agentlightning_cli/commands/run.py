@@ -122,7 +122,7 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
 
     ctx = RoundContext(store=store, proxy=None, recipe=recipe, installed=installed, run_id=run_row.id, round_id="",
                        run_dir=run_dir, sources=SourceCache(run_dir / "sources"), timeout_s=opts.timeout_s,
-                       max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces,
+                       max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
                        setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)
     if done is not None:  # a rerun of a finished run: nothing to start

@@ -47,10 +47,14 @@ class ChatPlan:
     choice_drop: frozenset = frozenset()
 
 
-def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides) -> ChatPlan:
-    """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, stream usage."""
+def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: int | None = None) -> ChatPlan:
+    """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, stream usage, and
+    the episode's seed in a seeded run (it replaces a client's own `seed`: a harness that sends a fixed one
+    would otherwise make every attempt of a task sample alike)."""
     up = dict(body)
     up["model"] = model
+    if seed is not None:
+        up["seed"] = seed
     if getattr(sampling, "token_ids", True):  # off only for an upstream that rejects them (run --upstream)
         up["logprobs"] = True
         up["return_token_ids"] = True

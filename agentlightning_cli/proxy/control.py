@@ -1,10 +1,12 @@
-"""Round control: pause/resume gate, in-flight tracking for drain(), per-episode budgets, the model policy."""
+"""Round control: pause/resume gate, in-flight tracking for drain(), per-episode budgets and sampling seeds,
+the model policy."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from agentlightning_cli.config import Budgets as BudgetSettings
@@ -87,14 +89,56 @@ class Budgets:
         self.usage.setdefault(episode_id, Usage()).completion_tokens += completion_tokens
 
 
+SEED_MASK = 0x7FFFFFFF
+"""Seeds stay in 0 .. 2**31-1: vLLM takes any 64-bit value, other OpenAI-compatible servers may take 32 bits."""
+
+
+def episode_seed(run_seed: int, episode_id: str, call_index: int) -> int:
+    """The vLLM `seed` of one chat call: a hash of (run seed, episode id, call index). Different attempts of
+    a task (different episode ids) sample differently, so GRPO groups do not collapse; the same episode
+    rerun with the same run seed sends the same seeds, call by call."""
+    digest = hashlib.blake2b(f"{run_seed}\0{episode_id}\0{call_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & SEED_MASK
+
+
+class EpisodeSeeds:
+    """Per-episode sampling seeds for a seeded run (`alight run --seed`). An episode registered without a
+    seed gets none: its requests go upstream unchanged. Call indices count, from 0, the chat calls of the
+    episode that passed its budget in this proxy, in the order they arrived."""
+
+    __slots__ = ("_run_seed", "_next")
+
+    def __init__(self) -> None:
+        self._run_seed: dict[str, int] = {}
+        self._next: dict[str, int] = {}
+
+    def register(self, episode_id: str, run_seed: int | None) -> None:
+        if run_seed is None:
+            self._run_seed.pop(episode_id, None)
+        else:
+            self._run_seed[episode_id] = run_seed
+        self._next.pop(episode_id, None)
+
+    def next(self, episode_id: str) -> int | None:
+        """The seed for this episode's next call (None: the episode is not seeded). One dict lookup when not."""
+        run_seed = self._run_seed.get(episode_id)
+        if run_seed is None:
+            return None
+        index = self._next.get(episode_id, 0)
+        self._next[episode_id] = index + 1
+        return episode_seed(run_seed, episode_id, index)
+
+
 @dataclass
 class ModelPolicy:
     """Which upstream model a request goes to: the current policy (switched between rounds), the configured
-    aliases, and the sampling overrides. Requests read `name` once, after the pause gate, so none sees a mix."""
+    aliases, the sampling overrides and the per-episode seeds. Requests read `name` once, after the pause gate,
+    so none sees a mix."""
 
     name: str | None
     aliases: dict[str, str]
     sampling: SamplingOverrides
+    seeds: EpisodeSeeds = field(default_factory=EpisodeSeeds)
 
     def upstream_model(self, client_model: str | None) -> str | None:
         return resolve_model(client_model, self.aliases, self.name)

@@ -53,6 +53,8 @@ class Exchange:
         self.first_byte_at: float | None = None
         self.raw = b""
         self.stream = False
+        self.seed: int | None = None
+        """The vLLM seed for this call (seeded runs only), drawn when it passes the budget check."""
         self.fields: dict[str, Any] = {}
         """Record fields known so far (upstream_request, model, sampling, client_model, dropped, ...)."""
 
@@ -128,6 +130,7 @@ class _Forwarding:
                 budgets.refused(ex.episode_id, reason)
                 raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
             ex.fields.setdefault("model", ex.policy.name)
+            ex.seed = ex.policy.seeds.next(ex.episode_id)
         except BaseException:
             gate.leave()
             raise

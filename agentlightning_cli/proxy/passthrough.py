@@ -40,7 +40,7 @@ async def handle_chat(ex: Exchange) -> Response | StreamWriter:
     ex.fields["client_model"] = body.get("model")
     async with ex.forwarding():
         policy = ex.policy
-        plan = plan_chat(body, policy.upstream_model(body.get("model")), policy.sampling)
+        plan = plan_chat(body, policy.upstream_model(body.get("model")), policy.sampling, ex.seed)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
         resp = await ex.post("/v1/chat/completions", dumps(plan.upstream))
         try:

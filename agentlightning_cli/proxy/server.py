@@ -140,8 +140,11 @@ class Proxy:
         await asyncio.to_thread(self.recorder.close)
 
     # -- control ----------------------------------------------------------------------------------------
-    def register_episode(self, episode_id: str, key: str) -> None:
+    def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None:
+        """`seed` (a seeded run): every chat call of the episode goes upstream with a vLLM seed derived from
+        (seed, episode id, call index), see control.episode_seed. None: requests keep their own sampling."""
         self._keys[episode_id] = _digest(key)
+        self.model_policy.seeds.register(episode_id, seed)
 
     def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str:
         base = f"{self.base_url}/e/{episode_id}"

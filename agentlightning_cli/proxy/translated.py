@@ -34,7 +34,7 @@ async def handle_translated(ex: Exchange) -> Response | StreamWriter:
     chat_body["stream"] = ex.stream
     async with ex.forwarding():
         policy = ex.policy
-        plan = plan_chat(chat_body, policy.upstream_model(client_model), policy.sampling)
+        plan = plan_chat(chat_body, policy.upstream_model(client_model), policy.sampling, ex.seed)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
         resp = await ex.post("/v1/chat/completions", dumps(plan.upstream))
         try:

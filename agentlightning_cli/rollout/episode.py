@@ -43,6 +43,8 @@ class RoundContext:
     setup_timeout_s: float = 900.0
     reward_timeout_s: float = 600.0
     keep_workspaces: bool = False
+    seed: int | None = None
+    """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
     stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
     count_calls: Callable[[str], tuple[int, float | None]] | None = None
 
@@ -80,7 +82,7 @@ def create(ctx: RoundContext, slot: Slot) -> str:
     workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
     ctx.store.create_episode(ctx.run_id, ctx.round_id, slot.task.id, slot.attempt, ctx.recipe.name, key,
                              workspace=str(workspace), episode_id=slot.episode_id)
-    ctx.proxy.register_episode(slot.episode_id, key)
+    ctx.proxy.register_episode(slot.episode_id, key, seed=ctx.seed)
     return key
 
 

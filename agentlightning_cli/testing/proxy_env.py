@@ -77,11 +77,11 @@ class ProxyEnv:
         await self.stop()
 
     # --- proxy tests -------------------------------------------------------------------------------------
-    def episode(self) -> tuple[str, str]:
-        """A new episode created in the store and registered with the proxy: (id, key)."""
+    def episode(self, seed: int | None = None) -> tuple[str, str]:
+        """A new episode created in the store and registered with the proxy (seeded when `seed` is given): (id, key)."""
         key = secrets.token_hex(8)
         ep = self.store.create_episode(None, None, None, 0, "test", key)
-        self.proxy.register_episode(ep.id, key)
+        self.proxy.register_episode(ep.id, key, seed=seed)
         self.keys[ep.id] = key
         return ep.id, key
 
