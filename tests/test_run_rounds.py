@@ -40,7 +40,7 @@ def test_two_rounds_train_in_between_and_resume_across_rounds(tmp_path):
     try:
         rounds = store.list_rounds(store.get_run("r").id)
         assert [(r.index, r.policy, r.status) for r in rounds] == [(0, "policy-r0", "done"), (1, "policy-r1", "done")]
-        assert (out / "adapters" / "r1" / "adapter_model.safetensors").is_file()
+        assert (out / "adapters" / "round-1" / "adapter_model.safetensors").is_file()
         by_round = {r.id: [e for e in episodes if e.round_id == r.id and e.status in FINAL] for r in rounds}
         assert [len(v) for v in by_round.values()] == [2, 2]  # round 0 was not run again
         for ep in by_round[rounds[1].id]:

@@ -116,7 +116,7 @@ def test_alight_train_trains_the_last_round_and_prints_a_summary(tmp_path: Path,
     result = alight_train(tmp_path, "r", "--base-model", str(tiny), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # stdout is only the JSON: the trainer's own log lines stay off it
-    adapter = tmp_path / "runs" / "r" / "adapters" / "round-0"
+    adapter = tmp_path / "runs" / "r" / "adapters" / "round-1"  # trained on round 0: serves round 1
     assert report["adapter_dir"] == str(adapter) and (adapter / "adapter_model.safetensors").is_file()
     assert (report["rows"], report["calls"], report["calls_per_row"], report["merge_rule"]) == (8, 16, 2.0, "strict")
     assert report["steps"] >= 1 and report["break_reasons"] == {} and report["metrics"][0]["loss"] is not None

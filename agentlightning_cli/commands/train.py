@@ -54,8 +54,10 @@ def train(settings: Any, run: str | None = None, round_index: int | None = None,
                 raise NothingToTrain(f"run {run_row.name!r} has no episodes in any round", hint="run some tasks first")
             round_index = with_episodes[-1]
         base = base_model_for(settings, run_row, base_model)
-        # absolute: the path is stored in the run and handed to vLLM, which runs in another working directory
-        out_dir = (Path(out) if out is not None else run_dir / "adapters" / f"round-{round_index}").resolve()
+        # Named after the round it serves, as `alight run --rounds` names it: trained on round N, it is round N+1's
+        # policy. Absolute: the path is stored in the run and handed to vLLM, which runs in another directory.
+        default = run_dir / "adapters" / f"round-{round_index + 1}"
+        out_dir = (Path(out) if out is not None else default).resolve()
         report = train_round(store, run_row.id, round_index, base_model=base, settings=settings, out_dir=out_dir,
                              log=log)
     if merge_to is not None:

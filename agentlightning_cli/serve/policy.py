@@ -48,7 +48,7 @@ class PolicyServer:
         self.stop()
 
     def adapter_dir(self, round_index: int) -> Path:
-        return self.run_dir / "adapters" / f"r{round_index}"
+        return self.run_dir / "adapters" / f"round-{round_index}"
 
     def start(self) -> "PolicyServer":
         r0 = self.adapter_dir(0)

@@ -49,7 +49,7 @@ def build_demo_run(run_dir: Path, name: str = "demo") -> DemoRun:
         demo = DemoRun(run_dir=run_dir, run_id=run.id)
         clock = 1_750_000_000.0
         for r in range(3):
-            rnd = store.create_round(run.id, r, f"policy-r{r}", None if r == 0 else f"adapters/r{r}")
+            rnd = store.create_round(run.id, r, f"policy-r{r}", None if r == 0 else f"adapters/round-{r}")
             for t, (task, prompt) in enumerate(TASKS.items()):
                 for attempt in range(2):
                     harness, protocol, stream = HARNESSES[(t * 2 + attempt + r) % 3]
@@ -94,5 +94,5 @@ def build_demo_run(run_dir: Path, name: str = "demo") -> DemoRun:
                                        for s in range(1, 6)])
                 store.put_train_round(TrainRound(run_id=run.id, round_idx=r, rows=5, calls=15, steps=5, seconds=12.5,
                                                  merge_rule="strict", break_reasons={"edited": 1},
-                                                 dropped={"zero_variance_groups": 0}, adapter_dir=f"adapters/r{r + 1}"))
+                                                 dropped={"zero_variance_groups": 0}, adapter_dir=f"adapters/round-{r + 1}"))
     return demo
