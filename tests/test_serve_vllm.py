@@ -6,8 +6,6 @@ One server for the whole module (startup is 20-50 s on 2 cores); tests that must
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
 
 from agentlightning_cli.config import SamplingOverrides
 

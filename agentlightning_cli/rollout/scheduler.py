@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from agentlightning_cli.rollout import episode, stale
 from agentlightning_cli.rollout.episode import Ended, Prepared, RoundContext

@@ -14,7 +14,6 @@ string, or {"content", "tool_calls": [{"name", "arguments"}], "reasoning", "fini
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import uuid
