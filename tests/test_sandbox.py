@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,34 +16,11 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox import Sandbox, SandboxSpec, ensure_available
 from agentlightning_cli.sandbox.bwrap import bwrap_path, forwarder_python
 from agentlightning_cli.testing import sandbox_agent
+from agentlightning_cli.testing.loopback import LoopbackServer
 from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
 AGENT = Path(sandbox_agent.__file__)
 PYTHON, PYTHON_PREFIX = forwarder_python()  # the bare interpreter: the agent needs only the standard library
-
-
-class LoopbackServer:
-    """A host service on 127.0.0.1 that is not the proxy; records every connection it gets."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, addr = self.sock.accept()
-            except OSError:
-                return
-            self.seen.append(str(addr))
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 async def run_boxed(box: Sandbox, argv: list[str], cwd: Path, timeout: float = 60) -> int | None:

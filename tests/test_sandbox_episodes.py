@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import layout
 from agentlightning_cli.sandbox.bwrap import forwarder_python
 from agentlightning_cli.testing import sandbox_agent
+from agentlightning_cli.testing.loopback import LoopbackServer
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 
 AGENT = Path(sandbox_agent.__file__)
@@ -43,25 +42,6 @@ def agent_recipe(tmp_path: Path, **probe) -> tuple[recipes.Recipe, object]:
     path.write_text(yaml.safe_dump(data))
     recipe = recipes.load(str(path))
     return recipe, layout(recipe, tmp_path / "home")
-
-
-class LoopbackServer:
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, addr = self.sock.accept()
-            except OSError:
-                return
-            self.seen.append(str(addr))
-            conn.close()
 
 
 def report(spec) -> dict:
