@@ -197,12 +197,9 @@ def main(argv):
     signal.signal(signal.SIGCHLD, lambda *_: None)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _f: _pass_on(state, signum))
-    try:
-        child = os.posix_spawnp(command[0], command, os.environ)
-    except OSError as exc:
-        sys.stderr.write(f"sandbox: cannot start {command[0]}: {exc.strerror or exc}\n")
+    child = _spawn(state, command)
+    if child is None:
         return 127
-    state["child"] = child
     relay = Relay(listener, unix_path)
     relay.sel.register(wake_r, selectors.EVENT_READ, None)
 
@@ -220,8 +217,7 @@ def main(argv):
     os.set_blocking(wake_r, False)
     if not done():  # the child may have exited before the loop started listening for it
         relay.serve_until(wake_r, done)
-    status = state["status"]
-    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return _exit_code(state["status"])
 
 
 def hand_over_and_run(port, control_path, command):
@@ -245,13 +241,25 @@ def hand_over_and_run(port, control_path, command):
     state = {}
     for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
         _signal.signal(sig, lambda signum, _f: _pass_on(state, signum))
+    child = _spawn(state, command)
+    if child is None:
+        return 127
+    _, status = os.waitpid(child, 0)  # retried by Python itself when a signal interrupts it
+    return _exit_code(status)
+
+
+def _spawn(state, command):
+    """Start the command (the harness); its pid goes into `state` so signals can be passed on. None: it cannot."""
     try:
         child = os.posix_spawnp(command[0], command, os.environ)
     except OSError as exc:
         sys.stderr.write(f"sandbox: cannot start {command[0]}: {exc.strerror or exc}\n")
-        return 127
+        return None
     state["child"] = child
-    _, status = os.waitpid(child, 0)  # retried by Python itself when a signal interrupts it
+    return child
+
+
+def _exit_code(status):
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
