@@ -1,14 +1,17 @@
 """Training benchmark: what prefix merging saves on real harness traffic, trainer throughput on CPU, and the
 round transition (pause -> adapter live) without the training itself.
 
-1. merge: real mini-SWE-agent episodes of 12+ calls against the scripted upstream (through the real proxy and
-   store; one turn per episode answers without a tool call, which mini-SWE-agent drops from its history). Rows
-   and tokens processed with one row per call vs strict vs splice merging, and why calls did not merge.
+1. merge: real harness episodes of 12+ calls against the scripted upstream, through the real proxy and store,
+   per harness: mini-SWE-agent (one turn per episode answers without a tool call, which mini-SWE-agent drops
+   from its history) and Codex (Responses protocol, translated to chat by the proxy, so its token ids come from
+   the scripted upstream's tokenizer too). Rows and tokens processed with one row per call vs strict vs splice
+   merging, and why calls did not merge.
 2. throughput: train_round (GRPO + LoRA, tiny model) on a synthetic round; tokens/s from the stored step metrics.
 3. transition (--transition): the real vLLM serving the tiny model + the proxy: pause, drain, load a new adapter,
-   switch the policy, resume, unload the old one: seconds until the new adapter answers.
+   switch the policy, resume, unload the old one: seconds until the new adapter answers. Without the flag the
+   previous results file's transition numbers are kept (marked as such).
 
-    python bench/train.py [--episodes 3] [--calls 12] [--transition]
+    python bench/train.py [--episodes 3] [--calls 12] [--harness codex] [--transition]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "train.json"
+HARNESSES = ("mini-swe-agent", "codex")
 
 
 def scripted_mini(calls: int, silent_step: int):
@@ -47,44 +51,72 @@ def scripted_mini(calls: int, silent_step: int):
     return reply
 
 
-async def record_episodes(work: Path, episodes: int, calls: int) -> tuple[list[list], dict]:
+def scripted_codex(calls: int):
+    """Codex script: `calls` shell steps (exec_command), then a plain answer, which ends `codex exec`."""
+    from agentlightning_cli.testing.harness_scripts import SHELL_TOOLS, _advertised, _tool_results, shell_call
+
+    def reply(body: dict) -> dict:
+        if SHELL_TOOLS["codex"].name not in _advertised(body):
+            return {"content": "Done."}  # side requests without the shell tool
+        step = _tool_results(body)
+        if step < calls:
+            return shell_call("codex", f"echo step {step}; ls")
+        return {"content": "Done: the repository is explored."}
+
+    return reply
+
+
+async def record_episodes(work: Path, harness: str, episodes: int, calls: int) -> tuple[list[list], dict]:
     from agentlightning_cli.harness import recipe as recipes
     from agentlightning_cli.harness.install import require_installed
     from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 
     home = Path(os.environ.get("HARNESS_TEST_HOME") or Path.home() / ".cache" / "alight-test-home")
-    recipe = recipes.load("mini-swe-agent")
+    recipe = recipes.load(harness)
     inst = require_installed(recipe, home)
     out = []
     for i in range(episodes):
-        async with SmokeEnvironment(work / f"run{i}", scripted_mini(calls, silent_step=calls // 2)) as env:
-            spec = env.new_episode(recipe, work / f"ws{i}", "Explore the repository.", timeout_s=600, max_turns=calls + 5)
+        if harness == "mini-swe-agent":
+            script, limits = scripted_mini(calls, silent_step=calls // 2), {"max_turns": calls + 5}
+        else:  # codex exec has no turn limit of its own: the script's final plain answer ends it
+            script, limits = scripted_codex(calls), {}
+        async with SmokeEnvironment(work / f"{harness}-run{i}", script) as env:
+            spec = env.new_episode(recipe, work / f"{harness}-ws{i}", "Explore the repository.", timeout_s=600,
+                                   **limits)
             outcome = await env.run(recipe, inst, spec)
             out.append(env.store.get_calls(spec.episode_id))
-        print(f"  episode {i}: {outcome.status}, {len(out[-1])} calls", flush=True)
-    return out, {"harness": "mini-swe-agent", "version": inst.version}
+        if outcome.status != "finished":
+            raise SystemExit(f"{harness} episode {i} ended {outcome.status}: {outcome.reason}")
+        print(f"  {harness} episode {i}: {outcome.status}, {len(out[-1])} calls", flush=True)
+    return out, {"harness": harness, "version": inst.version}
 
 
 def merge_table(episodes: list[list]) -> dict:
+    from collections import Counter
+
     from agentlightning_cli.testing.fake_tokens import IM_END, token_text
-    from agentlightning_cli.train.rows import RowContext, build_rows
+    from agentlightning_cli.train.rows import RowContext, build_rows, usable_calls
 
     ctx = RowContext(decode=lambda ids: "".join(token_text(i) for i in ids),
                      special_tokens=("<|im_start|>", "<|im_end|>"), eot_ids=frozenset({IM_END}))
     calls = sum(len(e) for e in episodes)
-    per_call = sum(len(c.prompt_token_ids) + len(c.completion_token_ids) for e in episodes for c in e
-                   if c.status == "ok" and c.prompt_token_ids)
-    result = {"episodes": len(episodes), "calls": calls, "per_call": {"rows": calls, "tokens": per_call}}
+    statuses = Counter(c.status for e in episodes for c in e)
+    # One row per call trains the calls the trainer keeps (the same ones merging starts from).
+    kept = [c for e in episodes for c in usable_calls(e, Counter())]
+    per_call = sum(len(c.prompt_token_ids) + len(c.completion_token_ids) for c in kept)
+    result = {"episodes": len(episodes), "calls": calls, "calls_per_episode": [len(e) for e in episodes],
+              "statuses": dict(statuses), "per_call": {"rows": len(kept), "tokens": per_call}}
     for rule in ("strict", "splice"):
-        rows, tokens, breaks = 0, 0, {}
+        rows, tokens, breaks, dropped = 0, 0, Counter(), Counter()
         for i, e in enumerate(episodes):
             report = build_rows(f"ep{i}", e, ctx, rule)
             rows += len(report.rows)
             tokens += sum(r.length for r in report.rows)
-            for k, v in report.breaks.items():
-                breaks[k] = breaks.get(k, 0) + v
-        result[rule] = {"rows": rows, "tokens": tokens, "calls_per_row": round(calls / rows, 2),
-                        "tokens_saved_x": round(per_call / tokens, 2), "breaks": breaks}
+            breaks.update(report.breaks)
+            dropped.update(report.dropped)
+        result[rule] = {"rows": rows, "tokens": tokens, "calls_per_row": round(len(kept) / rows, 2),
+                        "tokens_saved_x": round(per_call / tokens, 2), "breaks": dict(breaks),
+                        "dropped": dict(dropped)}
     return result
 
 
@@ -158,26 +190,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--calls", type=int, default=12)
+    parser.add_argument("--harness", action="append", choices=HARNESSES,
+                        help="harness whose episodes to record (repeatable; default: all of them)")
     parser.add_argument("--transition", action="store_true")
     args = parser.parse_args()
-    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "merge": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        print("recording mini-SWE-agent episodes ...", flush=True)
-        episodes, meta = asyncio.run(record_episodes(work, args.episodes, args.calls))
-        result["merge"] = {**meta, **merge_table(episodes)}
+        for harness in args.harness or HARNESSES:
+            print(f"recording {harness} episodes ...", flush=True)
+            episodes, meta = asyncio.run(record_episodes(work, harness, args.episodes, args.calls))
+            result["merge"][harness] = {**meta, **merge_table(episodes)}
         print("training throughput ...", flush=True)
         result["throughput"] = throughput(work)
         if args.transition:
             print("round transition ...", flush=True)
             result["transition"] = asyncio.run(transition(work))
-    m = result["merge"]
-    print(f"\n{m['episodes']} mini-SWE-agent episodes, {m['calls']} calls")
-    print(f"{'layout':<10}{'rows':>6}{'calls/row':>11}{'tokens':>9}{'fewer':>8}  breaks")
-    print(f"{'per call':<10}{m['calls']:>6}{1.0:>11.2f}{m['per_call']['tokens']:>9}{1.0:>7.2f}x")
-    for rule in ("strict", "splice"):
-        r = m[rule]
-        print(f"{rule:<10}{r['rows']:>6}{r['calls_per_row']:>11.2f}{r['tokens']:>9}{r['tokens_saved_x']:>7.2f}x  {r['breaks']}")
+        elif "transition" in previous:  # it needs a real vLLM server: keep the last measured numbers, marked
+            result["transition"] = {**previous["transition"], "kept_from_previous_run": True}
+    for harness, m in result["merge"].items():
+        print(f"\n{m['episodes']} {harness} {m['version']} episodes, {m['calls']} calls {m['calls_per_episode']}")
+        print(f"call statuses {m['statuses']}")
+        print(f"{'layout':<10}{'rows':>6}{'calls/row':>11}{'tokens':>9}{'fewer':>8}  breaks, dropped")
+        print(f"{'per call':<10}{m['per_call']['rows']:>6}{1.0:>11.2f}{m['per_call']['tokens']:>9}{1.0:>7.2f}x")
+        for rule in ("strict", "splice"):
+            r = m[rule]
+            print(f"{rule:<10}{r['rows']:>6}{r['calls_per_row']:>11.2f}{r['tokens']:>9}{r['tokens_saved_x']:>7.2f}x"
+                  f"  {r['breaks']}, {r['dropped']}")
     t = result["throughput"]
     print(f"\ntraining: {t['tokens_per_s_median']:.0f} tokens/s on CPU ({t['model']}, {t['tokens_per_step']:.0f}"
           f" tokens per step, {t['steps']} steps, {t['seconds_total']} s with loading and saving)")
