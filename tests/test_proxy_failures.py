@@ -8,6 +8,7 @@ import gzip
 import json
 import socket
 import sqlite3
+import struct
 
 import aiohttp
 import openai
@@ -131,6 +132,39 @@ async def test_client_disconnect_mid_stream_records_partial(tmp_path):
         assert 0 < len(call.completion_token_ids) < 105
         assert call.completion_token_ids == tok.text_ids("abcdefghijklmnopqrstuvwxyz" * 4)[: len(call.completion_token_ids)]
         assert call.response.startswith(b"data: ")
+    finally:
+        await stop_env(env)
+
+
+@pytest.mark.parametrize("path, final", [("/v1/chat/completions", b"data: [DONE]"),
+                                         ("/v1/responses", b"event: response.completed")])
+async def test_client_closing_after_its_whole_answer_records_ok(tmp_path, path, final):
+    # Codex closes its connection (a reset) as soon as it has `response.completed`, while the proxy still waits for
+    # the upstream's end of stream: the client had its whole answer, so the call is `ok`, not `partial`.
+    text = "abcdefghij" * 3
+    env = await start_env(tmp_path, FakeScript(turns=[text], event_delay_s=0.05))
+    try:
+        ep, key = env.episode()
+        body = ({"messages": HELLO, "stream": True} if "chat" in path
+                else {"model": "m", "input": "hello", "stream": True})
+        raw = json.dumps(body).encode()
+        host, port = env.proxy.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST /e/{ep}{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n".encode() + raw)
+        await writer.drain()
+        seen = b""
+        while final not in seen:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, seen[-500:]
+            seen += chunk
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        writer.transport.abort()
+        [call] = await env.calls(ep, 1)
+        assert call.status == "ok" and call.error is None, (call.status, call.error)
+        assert call.completion_token_ids == tok.text_ids(text) + [tok.IM_END]  # the whole answer, end of turn
+        assert final in call.response
     finally:
         await stop_env(env)
 

@@ -95,6 +95,7 @@ async def relay_stream(ex: Exchange, resp: UpstreamResponse, translator: StreamT
     sent: list[bytes] = []
     outcome, error = "ok", None
     done = False
+    answered = False  # the translator's final events are written: the client has its whole answer
     try:
         while error is None:
             try:
@@ -130,6 +131,7 @@ async def relay_stream(ex: Exchange, resp: UpstreamResponse, translator: StreamT
                     ex.first_byte_at = time.time()
                 sent.append(chunk_out)
                 await out.write(chunk_out)
+            answered = done and error is None
         if error is None and not done:
             outcome, error = "upstream_error", "upstream ended the stream without [DONE]"
         if error is not None:
@@ -138,7 +140,12 @@ async def relay_stream(ex: Exchange, resp: UpstreamResponse, translator: StreamT
             await out.write(tail)
         await out.write_eof()
     except (ConnectionResetError, asyncio.CancelledError) as exc:
-        outcome, error = "partial", f"client disconnected mid-stream ({type(exc).__name__})"
+        if answered and isinstance(exc, ConnectionResetError):
+            # Codex closes (a reset) as soon as it has `response.completed`, while the upstream's end of stream
+            # and our closing chunk are still to come: nothing the client needed was lost.
+            log.debug("client closed after its whole answer")
+        else:
+            outcome, error = "partial", f"client disconnected mid-stream ({type(exc).__name__})"
         if isinstance(exc, asyncio.CancelledError):
             ex.finish_stream(outcome, sent, error=error, **col.fields())
             raise
