@@ -82,7 +82,7 @@ def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: P
     assert not any(alive.values()), f"left running: {alive}"
 
     run_dir = tmp_path / "runs" / "demo"
-    assert (run_dir / "logs" / "vllm.log").is_file() and (run_dir / "adapters" / "r0" / "adapter_config.json").is_file()
+    assert (run_dir / "logs" / "vllm.log").is_file() and (run_dir / "adapters" / "round-0" / "adapter_config.json").is_file()
     with Store.open(run_dir) as store:
         calls = store.get_calls("by-hand")
         assert len(calls) == 1 and calls[0].model == "policy-r0" and calls[0].completion_token_ids
