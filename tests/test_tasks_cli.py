@@ -21,7 +21,7 @@ def test_valid_set_exits_0_with_a_summary() -> None:
     out = alight("tasks", "check", str(EXAMPLES))
     assert out.returncode == 0, out.stderr
     assert f"{EXAMPLES.resolve()}: ok" in out.stdout
-    assert "tasks:        3" in out.stdout and "own 3" in out.stdout and "with 2, without 1" in out.stdout
+    assert "tasks:        4" in out.stdout and "own 4" in out.stdout and "with 3, without 1" in out.stdout
 
 
 def test_valid_set_json() -> None:
