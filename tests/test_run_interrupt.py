@@ -43,7 +43,7 @@ def _reward_shells(out) -> list[int]:
     found = []
     for pid in stale.run_processes(out):
         try:
-            if b"sleep\x005" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"sleep\x00120" in open(f"/proc/{pid}/cmdline", "rb").read():
                 found.append(pid)
         except OSError:
             continue
@@ -105,13 +105,17 @@ def test_kill_9_then_rerun_cleans_up_and_completes_every_episode_once(tmp_path):
     # Sandboxed episodes and shells die with alight (bubblewrap --die-with-parent); without the sandbox a
     # slow reward's shell outlives a killed alight, and the next run must find and kill it.
     no_box = {"ALIGHT_SANDBOX": "none"}
-    slow = {"prompt": "fix", "reward": "sleep 5; python3 -m unittest -q test_hidden_calc"}
+    # Rewards started while the marker exists sleep far longer than the rerun could take to start, so the killed
+    # run's reward shell is surely still there when the rerun looks (a short sleep raced a loaded machine).
+    marker = tmp_path / "slow-rewards"
+    slow = {"prompt": "fix", "reward": f"test ! -e {marker} || sleep 120; python3 -m unittest -q test_hidden_calc"}
     tasks = rs.calc_task_set(tmp_path, [{"id": "one", **slow}, {"id": "two", **slow}])
     out = tmp_path / "runs" / "d2"
     with FakeVLLM(_script()) as fake:
         proc = rs.start_alight(_run_args(tasks, fake, out), cwd=tmp_path, env=no_box)
         lines = _lines(proc)
         _wait_for(lines, "[1/4]")
+        marker.touch()
         deadline = time.monotonic() + 90
         while not _reward_shells(out) and time.monotonic() < deadline:  # an episode is being scored
             time.sleep(0.1)
@@ -119,6 +123,8 @@ def test_kill_9_then_rerun_cleans_up_and_completes_every_episode_once(tmp_path):
         proc.wait(30)
         left = stale.run_processes(out)
         assert left, "expected the killed run to leave its running episode's processes"
+        assert _reward_shells(out), "expected the killed run's reward shell to be still running"
+        marker.unlink()
         again = rs.alight(_run_args(tasks, fake, out), cwd=tmp_path, env=no_box)
         assert again.returncode == 0, again.stderr
         assert "left behind" in again.stderr
