@@ -125,3 +125,32 @@ def test_summaries_by_id(tmp_path: Path):
         assert store.episode_summaries_by_id([eps[1].id])[0].calls == 2
         found = store.call_summaries_by_id([calls[1].id, "call-none", calls[0].id])
         assert [c.id for c in found] == [calls[0].id, calls[1].id] and found[1].status == "upstream_error"
+
+
+def _aggregate(conn: sqlite3.Connection) -> dict:
+    """What m005's table must equal: the sums over the calls themselves."""
+    return {row[0]: tuple(row[1:]) for row in conn.execute(
+        "SELECT episode_id, COUNT(*), SUM(status != 'ok'), SUM(COALESCE(prompt_len, 0)),"
+        " SUM(COALESCE(completion_len, 0)), MIN(started_at), MAX(ended_at) FROM calls GROUP BY episode_id")}
+
+
+def test_m005_episode_call_stats_backfilled_then_kept_by_the_trigger(tmp_path: Path, monkeypatch):
+    from agentlightning_cli.store import migrations
+
+    with monkeypatch.context() as patch:  # calls written by an alight before m005
+        patch.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < "m005"])
+        with Store.open(tmp_path) as store:
+            ep = store.create_episode(None, None, None, 0, None, "k")
+            store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", STEPS[:2]))
+    with Store.open(tmp_path) as store:  # applies m005 (backfill), then the trigger adds calls as they come
+        conn = sqlite3.connect(tmp_path / "alight.db")
+        stats = lambda: {r[0]: tuple(r[1:]) for r in conn.execute("SELECT * FROM episode_call_stats")}  # noqa: E731
+        assert stats() == _aggregate(conn) and stats()[ep.id][:2] == (2, 1)
+        other = store.create_episode(None, None, None, 0, None, "k2")
+        store.add_calls(conversation(other.id, "anthropic-messages", "Hi.", STEPS, start=1.0, seed=2))
+        store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", STEPS[2:], start=2_000_000_000.0, seed=1))
+        assert stats() == _aggregate(conn) and stats()[ep.id][:2] == (4, 1) and stats()[other.id][:2] == (4, 1)
+        by_id = {s.episode.id: s for s in store.episode_summaries()}
+        assert (by_id[ep.id].calls, by_id[ep.id].failed_calls, by_id[ep.id].last_call_at) == (
+            4, 1, _aggregate(conn)[ep.id][5])
+        conn.close()
