@@ -71,6 +71,12 @@ def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: P
             {"model": "anything", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode(),
             headers={"content-type": "application/json", "authorization": "Bearer mine"})
         assert json.load(urllib.request.urlopen(req, timeout=60))["choices"]
+        # Past the old 4096-token default: Codex's first prompt alone is ~4.1k tokens, and the banner offers Codex.
+        long = urllib.request.Request(f"{base}/e/by-hand-long/v1/chat/completions", method="POST", data=json.dumps(
+            {"model": "anything", "messages": [{"role": "user", "content": "hello world " * 3000}],
+             "max_tokens": 2}).encode(), headers={"content-type": "application/json", "authorization": "Bearer mine"})
+        answer = json.load(urllib.request.urlopen(long, timeout=120))
+        assert answer["choices"] and answer["usage"]["prompt_tokens"] > 5000
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130  # Ctrl-C: clean stop, then the CLI's interrupt exit code
