@@ -362,16 +362,14 @@ def inspect_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List a run's episodes: task, attempt, harness, status, outcome, reward, calls, tokens, duration."""
-    from agentlightning_cli.commands.inspect import list_episodes
-    from agentlightning_cli.inspect.text import episodes_table
+    from agentlightning_cli.commands.inspect import list_episodes, list_text
 
-    rows = list_episodes(run, _runs_dir(run), round_index, status, task, outcome)
     if as_json:
         from agentlightning_cli.inspect.export import dumps_pretty
 
-        sys.stdout.write(dumps_pretty(rows))
+        sys.stdout.write(dumps_pretty(list_episodes(run, _runs_dir(run), round_index, status, task, outcome)))
     else:
-        sys.stdout.write(episodes_table(rows))
+        sys.stdout.write(list_text(run, _runs_dir(run), round_index, status, task, outcome))
 
 
 @inspect_app.command("show")

@@ -47,6 +47,13 @@ def list_episodes(run: str | None, runs_dir: Path, round_index: int | None = Non
         return [shapes.episode_json(s, src.run_name(s.episode.run_id)) for s in episodes]
 
 
+def list_text(run: str | None, runs_dir: Path, round_index: int | None = None, status: str | None = None,
+              task: str | None = None, outcome: str | None = None) -> str:
+    """`inspect list` as the text table (the columns of the JSON shape, built without the dicts)."""
+    with _open(run, runs_dir) as src:
+        return text.summaries_table(filter_episodes(src.store.episode_summaries(), round_index, status, task, outcome))
+
+
 def _find(ident: str, run: str | None, runs_dir: Path) -> tuple[RunSource, str]:
     """The run holding episode or call `ident`: RUN's when given, else the first run directory that has it."""
     candidates = [resolve_run_dir(run, runs_dir)] if run else run_dirs(runs_dir)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from agentlightning_cli.inspect.conversation import reply_turns
 from agentlightning_cli.inspect.status_line import StatusLine
@@ -48,7 +48,8 @@ class EpisodeScreen(Screen[None]):
 
     def compose(self):
         yield Static(id="episode")
-        yield PagedTable(COLUMNS, self._row, key=lambda c: c.id, id="calls")
+        yield PagedTable(COLUMNS, self._row, key=lambda c: c.id, style=lambda c: None if c.status == "ok" else "red",
+                         id="calls")
         yield Static(id="rows")
         yield StatusLine("enter open a call · t training rows · esc back · ? keys · q quit")
 
@@ -99,9 +100,8 @@ class EpisodeScreen(Screen[None]):
         self.loaded = True
 
     def _row(self, c: CallSummary) -> list[Any]:
-        status = Text(c.status, style="" if c.status == "ok" else "red")
         ttfb = None if c.first_byte_at is None else c.first_byte_at - c.started_at
-        return [str(c.seq), c.protocol, status, "yes" if c.stream else "", cell(c.model), cell(c.prompt_len),
+        return [str(c.seq), c.protocol, c.status, "yes" if c.stream else "", cell(c.model), cell(c.prompt_len),
                 cell(c.completion_len), cell(c.finish_reason), cell(ttfb), cell(c.ended_at - c.started_at),
                 cell(self._row_of.get(c.seq)), self._previews.get(c.seq, "")]
 
@@ -124,7 +124,7 @@ class EpisodeScreen(Screen[None]):
                             f" dropped {json.dumps(trained.dropped)}"))
         return Text("\n").join(out)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_paged_table_row_selected(self, event: PagedTable.RowSelected) -> None:
         from agentlightning_cli.inspect.call_view import CallScreen
 
         chosen = self.table.current()

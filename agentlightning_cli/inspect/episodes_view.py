@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
 from agentlightning_cli.inspect.filters import parse_filter
 from agentlightning_cli.inspect.status_line import StatusLine
@@ -31,11 +31,14 @@ COLUMNS: list[tuple[str, Any]] = [
 _STATUS_STYLE = {"failed": "red", "running": "yellow", "pending": "dim"}
 
 
-def episode_row(s: EpisodeSummary) -> list[Any]:
+def episode_row(s: EpisodeSummary) -> list[str]:
     e = s.episode
-    status = Text(e.status, style=_STATUS_STYLE.get(e.status, ""))
-    return [e.id, cell(s.round_index), cell(e.task_id), str(e.attempt), cell(e.harness), cell(e.outcome), status,
+    return [e.id, cell(s.round_index), cell(e.task_id), str(e.attempt), cell(e.harness), cell(e.outcome), e.status,
             cell(e.reward), str(s.calls), str(s.prompt_tokens + s.completion_tokens), cell(episode_duration(s))]
+
+
+def episode_style(s: EpisodeSummary) -> str | None:
+    return _STATUS_STYLE.get(s.episode.status)
 
 
 class EpisodesScreen(Screen[None]):
@@ -59,7 +62,8 @@ class EpisodesScreen(Screen[None]):
         yield Static(id="summary")
         yield Input(placeholder="filter: status:failed outcome:timeout task:ID round:N reward>0.5 words  (enter applies)",
                     id="filter")
-        yield PagedTable([h for h, _ in COLUMNS], episode_row, key=lambda s: s.episode.id, id="episodes")
+        yield PagedTable([h for h, _ in COLUMNS], episode_row, key=lambda s: s.episode.id, style=episode_style,
+                         id="episodes")
         yield StatusLine("enter open · / filter · s/S sort · ? keys · q quit")
 
     @property
@@ -126,7 +130,7 @@ class EpisodesScreen(Screen[None]):
                           + (f" · filter: {self.query_text}" if self.query_text else ""))
         self.query_one(StatusLine).say(self.sub_title)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_paged_table_row_selected(self, event: PagedTable.RowSelected) -> None:
         from agentlightning_cli.inspect.episode_view import EpisodeScreen
 
         chosen = self.table.current()

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.paged_table import PagedTable
@@ -43,7 +43,7 @@ class RunsScreen(Screen[None]):
         self.sub_title = f"{len(runs)} runs · enter opens one"
         self.query_one(StatusLine).say(self.sub_title)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_paged_table_row_selected(self, event: PagedTable.RowSelected) -> None:
         chosen = self.query_one("#runs", PagedTable).current()
         if chosen is not None:
             self.app.open_run(Path(chosen["dir"]))

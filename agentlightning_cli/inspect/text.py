@@ -7,7 +7,9 @@ import json
 import time
 from typing import Any
 
+from agentlightning_cli.inspect.shapes import episode_duration
 from agentlightning_cli.inspect.stats import sparkline
+from agentlightning_cli.store import EpisodeSummary
 
 _EPISODE_COLUMNS = [("id", "id"), ("round", "round"), ("task", "task_id"), ("att", "attempt"), ("harness", "harness"),
                     ("status", "status"), ("outcome", "outcome"), ("reward", "reward"), ("calls", "calls"),
@@ -42,6 +44,29 @@ def episodes_table(episodes: list[dict[str, Any]]) -> str:
     rows = [[cell(e["prompt_tokens"] + e["completion_tokens"] if key == "tokens" else e[key])
              for _, key in _EPISODE_COLUMNS] for e in episodes]
     return table([h for h, _ in _EPISODE_COLUMNS], rows)
+
+
+def columns_table(columns: list[tuple[str, list[str]]]) -> str:
+    """Aligned columns given column by column: one width pass and one format per line (a 10,000-episode list in
+    ~20 ms)."""
+    widths = [max(len(h), max(map(len, col), default=0)) for h, col in columns]
+    line = "  ".join(f"{{:<{w}}}" for w in widths).format
+    rows = zip(*(col for _, col in columns))
+    return "\n".join([line(*(h for h, _ in columns)).rstrip(), *(line(*r).rstrip() for r in rows)]) + "\n"
+
+
+def summaries_table(summaries: list[EpisodeSummary]) -> str:
+    """The same table as episodes_table, straight from the store's summaries: `inspect list` skips building a
+    JSON dict per episode when it prints text."""
+    eps = [s.episode for s in summaries]
+    return columns_table([
+        ("id", [e.id for e in eps]), ("round", [cell(s.round_index) for s in summaries]),
+        ("task", [cell(e.task_id) for e in eps]), ("att", [str(e.attempt) for e in eps]),
+        ("harness", [cell(e.harness) for e in eps]), ("status", [e.status for e in eps]),
+        ("outcome", [cell(e.outcome) for e in eps]), ("reward", [cell(e.reward) for e in eps]),
+        ("calls", [str(s.calls) for s in summaries]),
+        ("tokens", [str(s.prompt_tokens + s.completion_tokens) for s in summaries]),
+        ("dur s", [cell(episode_duration(s)) for s in summaries])])
 
 
 def calls_table(calls: list[dict[str, Any]]) -> str:
