@@ -12,7 +12,7 @@ from typing import Any
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.inspect import shapes, text
-from agentlightning_cli.inspect.rows import merge_rows
+from agentlightning_cli.inspect.row_breaks import stored_episode_rows
 from agentlightning_cli.inspect.source import RunSource, resolve_run_dir, run_dirs, run_summaries
 from agentlightning_cli.store import EpisodeSummary
 
@@ -74,7 +74,7 @@ def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
     calls = src.store.call_summaries(episode_id)
     out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))
     out["calls"] = [shapes.call_json(c) for c in calls]
-    out["rows"] = merge_rows(calls).to_json()
+    out["rows"] = stored_episode_rows(src.store, episode_id, summary.episode.run_id, summary.round_index).to_json()
     out["calls_with_ids"] = sum(1 for c in calls if c.prompt_len is not None)
     return out
 

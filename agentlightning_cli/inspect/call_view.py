@@ -106,9 +106,15 @@ class CallScreen(Screen[None]):
         ids, logprobs = raw["completion_token_ids"] or [], raw["completion_logprobs"] or []
         if not ids:
             return Text("no completion token ids recorded for this call", style="dim")
-        lines = [Text(f"per-token logprobs: {len(ids)} sampled tokens (token id  logprob)", style="bold")]
-        for i, (tok, lp) in enumerate(zip(ids, logprobs + [None] * (len(ids) - len(logprobs)))):
-            lines.append(Text(f"{i:>5}  {tok:>8}  {'-' if lp is None else f'{lp:.5f}'}"))
+        texts = raw.get("completion_token_texts")
+        where = ("token text as vLLM reported it" if texts is not None else
+                 "no token text stored for this call (a streamed answer keeps ids only)")
+        lines = [Text(f"per-token logprobs: {len(ids)} sampled tokens (index  token id  logprob  text) — {where}",
+                      style="bold")]
+        texts = texts or [None] * len(ids)
+        for i, (tok, lp, txt) in enumerate(zip(ids, logprobs + [None] * (len(ids) - len(logprobs)), texts)):
+            shown = "" if txt is None else json.dumps(txt, ensure_ascii=False)
+            lines.append(Text(f"{i:>5}  {tok:>8}  {'-' if lp is None else f'{lp:9.5f}'}  {shown}"))
         return Text("\n").join(lines)
 
     def _raw(self) -> Text:

@@ -14,10 +14,11 @@ from textual.widgets import Static
 from agentlightning_cli.inspect.conversation import reply_turns
 from agentlightning_cli.inspect.status_line import StatusLine
 from agentlightning_cli.inspect.paged_table import PagedTable
+from agentlightning_cli.inspect.row_breaks import stored_episode_rows
 from agentlightning_cli.inspect.rows import merge_rows
 from agentlightning_cli.inspect.shapes import episode_duration
 from agentlightning_cli.inspect.source import RunSource
-from agentlightning_cli.inspect.text import cell
+from agentlightning_cli.inspect.text import cell, rows_lines
 from agentlightning_cli.store import CallSummary
 
 COLUMNS = ["seq", "protocol", "status", "stream", "adapter", "prompt", "sampled", "finish", "ttfb s", "dur s", "row",
@@ -45,6 +46,7 @@ class EpisodeScreen(Screen[None]):
         self.loaded = False
         self.calls: list[CallSummary] = []
         self._version: int | None = None
+        self._detailed = False  # the trainer's rows (row_breaks.py) replaced the quick ones
 
     def compose(self):
         yield Static(id="episode")
@@ -78,8 +80,11 @@ class EpisodeScreen(Screen[None]):
         # Reply previews need only the response bodies: plain frames, one small decode each.
         responses = store.call_responses(self.episode_id)
         self._previews = {c.seq: preview(reply_turns(c.protocol, responses.get(c.seq), c.stream)) for c in self.calls}
-        self._rows = merge_rows(self.calls)
+        self._rows = merge_rows(self.calls)  # quick, from summaries; `t` replaces it with the trainer's rows
         self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
+        self._summary = summary
+        if self._detailed:
+            self._load_detailed_rows()
         e = summary.episode
         lines = [Text.assemble((e.id, "bold"), f"  round {cell(summary.round_index)}  task {cell(e.task_id)}"
                                f"  attempt {e.attempt}  harness {cell(e.harness)}"),
@@ -94,7 +99,7 @@ class EpisodeScreen(Screen[None]):
         self.query_one("#episode", Static).update(Text("\n").join(lines))
         current = self.table.current() if self.table.items else None
         self.table.show_items(self.calls, keep_key=current.id if current else None)
-        self.query_one("#rows", Static).update(self._rows_text(summary.round_index, e.run_id))
+        self.query_one("#rows", Static).update(self._rows_text())
         self.sub_title = f"{len(self.calls)} calls · enter opens one · t training rows"
         self.query_one(StatusLine).say(self.sub_title)
         self.loaded = True
@@ -105,17 +110,19 @@ class EpisodeScreen(Screen[None]):
                 cell(c.completion_len), cell(c.finish_reason), cell(ttfb), cell(c.ended_at - c.started_at),
                 cell(self._row_of.get(c.seq)), self._previews.get(c.seq, "")]
 
-    def _rows_text(self, round_index: int | None, run_id: str | None) -> Text:
-        rows = self._rows
-        out = [Text(f"training rows by strict token-prefix merge: {len(rows.rows)} rows for"
-                    f" {sum(len(r.calls) for r in rows.rows)} calls", style="bold")]
-        for row in rows.rows:
-            if row.break_reason:
-                out.append(Text(f"  ✂ {row.break_reason}", style="yellow"))
-            out.append(Text(f"  row {row.index}: calls {', '.join(map(str, row.calls))} — {row.tokens} tokens,"
-                            f" {row.sampled} sampled"))
-        for seq, why in sorted(rows.skipped.items()):
-            out.append(Text(f"  call {seq} trains nothing: {why}", style="dim"))
+    def _load_detailed_rows(self) -> None:
+        """The trainer's rows from the episode's token ids (a read of its calls: done when first shown)."""
+        s = self._summary
+        self._rows = stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
+        self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
+
+    def _rows_text(self) -> Text:
+        if not self._detailed:
+            return Text("")
+        rows, round_index, run_id = self._rows, self._summary.round_index, self._summary.episode.run_id
+        out = [Text(f"training rows ({rows.merge} token-prefix merge, as the trainer builds them): {len(rows.rows)}"
+                    f" rows for {sum(len(r.calls) for r in rows.rows)} calls", style="bold")]
+        out += [Text(line, style=style) for style, line in rows_lines(rows.to_json())]
         trained = (self.source.store.get_train_round(run_id, round_index)
                    if run_id is not None and round_index is not None else None)
         if trained is not None:
@@ -132,7 +139,14 @@ class EpisodeScreen(Screen[None]):
             self.app.push_screen(CallScreen(self.source, chosen.id))
 
     def action_rows(self) -> None:
-        self.query_one("#rows", Static).toggle_class("shown")
+        box = self.query_one("#rows", Static)
+        if not self._detailed:
+            self._detailed = True
+            self._load_detailed_rows()
+            box.update(self._rows_text())
+            current = self.table.current()
+            self.table.show_items(self.calls, keep_key=current.id if current else None)  # the row column too
+        box.toggle_class("shown")
 
     def action_reload(self) -> None:
         self.reload()

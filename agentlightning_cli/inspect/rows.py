@@ -4,8 +4,8 @@ The store keeps, for every call, the earlier call whose prompt + completion its 
 of those tokens match (`prompt_base_seq`, `prompt_prefix_len`). Call n continues the row of call n-1 exactly
 when its prompt starts with ALL of call n-1's prompt + completion; otherwise a new row starts here and the
 break says where the ids diverged. Calls that failed or carry no token ids train nothing and are listed apart.
-This is the strict merge rule; the trainer's own summary per round (store `train_rounds`) says why each break
-happened (template, retokenised, edited) once training has run.
+This is the strict rule from summaries alone (cheap enough for every call list); row_breaks.py builds the rows the
+trainer's way from the token ids, with where and why each break happened.
 """
 
 from __future__ import annotations
@@ -27,21 +27,25 @@ class Row:
     break_reason: str | None = None  # None for the first row
     break_matched: int | None = None  # tokens of the previous call's prompt + completion this prompt keeps
     break_expected: int | None = None  # ... of how many
+    merge: str = "strict"  # "splice" once a join in it needed the splice rule
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, detail: dict[str, Any] | None = None) -> dict[str, Any]:
         brk = None if self.break_reason is None else {
-            "matched": self.break_matched, "expected": self.break_expected, "reason": self.break_reason}
+            "matched": self.break_matched, "expected": self.break_expected, "reason": self.break_reason,
+            **(detail or {})}
         return {"object": "row", "index": self.index, "calls": self.calls, "tokens": self.tokens,
-                "sampled": self.sampled, "break": brk}
+                "sampled": self.sampled, "merge": self.merge, "break": brk}
 
 
 @dataclass
 class Rows:
     rows: list[Row]
     skipped: dict[int, str]  # seq -> why the call trains nothing
+    merge: str = "strict"  # the merge rule the rows were built by
+    details: dict[int, dict[str, Any]] = field(default_factory=dict)  # row index -> its break (row_breaks.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rows": [r.to_json() for r in self.rows],
+        return {"merge": self.merge, "rows": [r.to_json(self.details.get(r.index)) for r in self.rows],
                 "skipped": [{"call": seq, "reason": why} for seq, why in sorted(self.skipped.items())]}
 
     def row_of(self, seq: int) -> Row | None:

@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
+from agentlightning_cli.inspect.tokens import completion_token_texts
 from agentlightning_cli.store import Call, CallSummary, EpisodeSummary, Round, Run
 
 
@@ -81,5 +82,6 @@ def call_detail_json(summary: CallSummary, call: Call, raw: bool = False) -> dic
             "client_headers": call.client_headers, "client_request": body_json(call.client_request),
             "response": body_json(call.response), "upstream_request": body_json(call.upstream_request),
             "upstream_response": body_json(call.upstream_response), "prompt_token_ids": call.prompt_token_ids,
-            "completion_token_ids": call.completion_token_ids, "completion_logprobs": call.completion_logprobs}
+            "completion_token_ids": call.completion_token_ids, "completion_logprobs": call.completion_logprobs,
+            "completion_token_texts": completion_token_texts(call)}  # vLLM's token strings where stored, else null
     return out

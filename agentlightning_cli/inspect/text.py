@@ -90,14 +90,34 @@ def episode_text(ep: dict[str, Any]) -> str:
         lines.append(f"reward detail: {json.dumps(ep['reward_detail'])}")
     out = "\n".join(lines) + "\n\n" + calls_table(ep["calls"])
     rows = ep["rows"]
-    out += f"\ntraining rows (strict token-prefix merge): {len(rows['rows'])} for {ep['calls_with_ids']} calls\n"
+    out += f"\ntraining rows ({rows['merge']} token-prefix merge, as the trainer builds them): {len(rows['rows'])}" \
+           f" for {ep['calls_with_ids']} calls with token ids\n"
+    return out + "".join(line + "\n" for _, line in rows_lines(rows))
+
+
+def _quoted(text: str | None) -> str:
+    return "" if text is None else " " + json.dumps(text, ensure_ascii=False)
+
+
+def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
+    """(style, line) for each line of a rows JSON (row_breaks.py): each row's calls, and before a row that broke
+    the prefix: where, the ids on both sides (the reply token's text when stored) and the trainer's label."""
+    out = []
     for row in rows["rows"]:
+        brk = row["break"]
+        if brk:
+            out.append(("yellow", f"  ✂ {brk['reason']}"))
+            if brk.get("at") is not None:
+                got = "the prompt ends" if brk.get("got_id") is None else f"got id {brk['got_id']}"
+                out.append(("yellow", f"      at token {brk['at']}: expected id {cell(brk.get('expected_id'))}"
+                                      f"{_quoted(brk.get('expected_text'))}, {got}"))
+            if brk.get("trainer_reason"):
+                out.append(("yellow", f"      trainer's label: {brk['trainer_reason']}"))
         calls = ", ".join(str(s) for s in row["calls"])
-        out += f"  row {row['index']}: calls {calls}  {row['tokens']} tokens, {row['sampled']} sampled\n"
-        if row["break"]:
-            out += f"    new row: {row['break']['reason']}\n"
+        merge = "" if row.get("merge", "strict") == "strict" else f" ({row['merge']} merge)"
+        out.append(("", f"  row {row['index']}: calls {calls} — {row['tokens']} tokens, {row['sampled']} sampled{merge}"))
     for skip in rows["skipped"]:
-        out += f"  call {skip['call']} not trained: {skip['reason']}\n"
+        out.append(("dim", f"  call {skip['call']} trains nothing: {skip['reason']}"))
     return out
 
 

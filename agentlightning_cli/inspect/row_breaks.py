@@ -1,0 +1,144 @@
+"""An episode's training rows as the trainer builds them, with where and why each row's token prefix broke.
+
+Built from the stored token ids by the trainer's own rules (train/rows.py): `usable_calls` drops error calls, calls
+without ids or logprobs and all but the last of a retried prompt; `_join` merges a call into the row when its prompt
+continues the previous call's prompt + reply (strict) or its prompt (splice, when the round trained that way); one
+row trains at one temperature. Nothing is re-tokenised.
+
+For each break it says where the ids diverge (which token; in the earlier history, in the previous reply, or the
+prompt stops short), the ids on both sides and the reply token's text when vLLM's answer was stored (tokens.py), and
+why: the trainer's own label when the round was trained (template / retokenised / edited / other, kept in
+train_rounds.detail["breaks"]), and what the position alone tells. rows.py is the quick version for call lists
+(from summaries, strict rule only); this one reads the episode's calls and runs when asked for (`t`, `show`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from agentlightning_cli.inspect.rows import Row, Rows
+from agentlightning_cli.inspect.tokens import completion_token_texts
+from agentlightning_cli.store import Call, Store
+from agentlightning_cli.train.rows import RowContext, _join, call_temperature, usable_calls
+
+_CHUNK = 512
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first index where `a` and `b` differ (the shorter length when one is a prefix of the other). Compares
+    slices a chunk at a time: a 30,000-token prompt is a few C-speed comparisons, not a Python loop over ids."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i:i + _CHUNK] == b[i:i + _CHUNK]:
+        i += _CHUNK
+    i = min(i, n)
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call]) -> str:
+    """Why usable_calls left `call` out (same checks, same order)."""
+    if call.status != "ok":
+        return f"status {call.status}: error calls train nothing"
+    if not call.prompt_token_ids or not call.completion_token_ids:
+        return "no token ids recorded"
+    if call.completion_logprobs is None or len(call.completion_logprobs) != len(call.completion_token_ids):
+        return "no sampling logprobs for its tokens"
+    later = next((c for c in calls if c.seq > call.seq and c.id in kept_ids), None)
+    return (f"retried prompt: call {later.seq} sent the same prompt ids again and trains instead"
+            if later is not None else "retried prompt")
+
+
+def _explain(prev: Call, call: Call, texts: list[str] | None) -> dict[str, Any]:
+    prompt, reply, new = list(prev.prompt_token_ids), list(prev.completion_token_ids), list(call.prompt_token_ids)
+    seen = prompt + reply
+    at = first_difference(seen, new)
+    out: dict[str, Any] = {"previous_call": prev.seq, "matched": at, "expected": len(seen), "at": at,
+                           "expected_id": seen[at] if at < len(seen) else None,
+                           "got_id": new[at] if at < len(new) else None, "expected_text": None}
+    head = (f"call {call.seq}'s prompt diverges from call {prev.seq}'s prompt + completion at token {at} of"
+            f" {len(seen)}")
+    if at >= len(new):
+        out["where"] = "short"
+        out["cause"] = (f"the prompt ends after {len(new)} tokens, inside call {prev.seq}'s"
+                        f" {'reply' if at >= len(prompt) else 'prompt'}: the conversation was cut back")
+    elif at < len(prompt):
+        out["where"] = "history"
+        out["cause"] = (f"in call {prev.seq}'s prompt (token {at} of {len(prompt)}): earlier history was changed —"
+                        " a message edited, dropped or compacted, or an injected reminder")
+    else:
+        j = at - len(prompt)
+        out["where"] = "reply"
+        out["reply_token"] = j
+        if texts is not None:
+            out["expected_text"] = texts[j]
+        last = " (its last token: the turn is closed with other ids)" if j == len(reply) - 1 else ""
+        out["cause"] = (f"in call {prev.seq}'s reply (sampled token {j} of {len(reply)}{last}): the client resent"
+                        " the reply as other ids — re-serialised (tool-call JSON, thinking dropped by the chat"
+                        " template) or re-tokenised from text")
+    out["reason"] = f"{head}: {out['cause']}"
+    return out
+
+
+def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[str, str] | None = None) -> Rows:
+    """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label."""
+    trainer_breaks = trainer_breaks or {}
+    kept = usable_calls(calls, Counter())
+    kept_ids = {c.id for c in kept}
+    skipped = {c.seq: _dropped_reason(c, kept_ids, calls) for c in calls if c.id not in kept_ids}
+    ctx = RowContext()
+    rows: list[Row] = []
+    details: dict[int, dict[str, Any]] = {}
+    prev: Call | None = None
+    temperature = None
+    texts: dict[int, list[str] | None] = {}
+    for call in kept:
+        joined, detail = None, None
+        if prev is not None:
+            joined = _join(_RowView(), prev, list(call.prompt_token_ids), merge, ctx)
+            if joined is None:
+                if prev.seq not in texts:
+                    texts[prev.seq] = completion_token_texts(prev)
+                detail = _explain(prev, call, texts[prev.seq])
+                detail["trainer_reason"] = trainer_breaks.get(call.id)
+            elif call_temperature(call) != temperature:
+                joined = None
+                detail = {"previous_call": prev.seq, "where": "temperature", "trainer_reason": None,
+                          "reason": f"call {call.seq} was sampled at temperature {call_temperature(call)}, the row at"
+                                    f" {temperature}: one row trains at one temperature"}
+        if joined is None:
+            row = Row(index=len(rows))
+            if detail is not None:
+                row.break_reason, row.break_matched = detail["reason"], detail.get("matched")
+                row.break_expected = detail.get("expected")
+                details[row.index] = detail
+            rows.append(row)
+            temperature = call_temperature(call)
+            row.tokens = len(call.prompt_token_ids)
+        row = rows[-1]
+        if joined is not None:
+            row.tokens += len(joined[0])
+            if joined[1] == "splice":
+                row.merge = "splice"
+        row.calls.append(call.seq)
+        row.tokens += len(call.completion_token_ids)
+        row.sampled += len(call.completion_token_ids)
+        prev = call
+    out = Rows(rows, skipped, merge=merge)
+    out.details = details
+    return out
+
+
+def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round_index: int | None) -> Rows:
+    """The episode's rows from its stored calls, by the merge rule its round trained with (strict when it has not
+    been trained), labelled with the trainer's break reasons when it recorded them."""
+    trained = store.get_train_round(run_id, round_index) if run_id is not None and round_index is not None else None
+    breaks = {b["call_id"]: b["reason"] for b in (trained.detail.get("breaks") or []) if trained is not None
+              and b.get("episode_id") == episode_id} if trained is not None else {}
+    return episode_rows(store.get_calls(episode_id), trained.merge_rule if trained else "strict", breaks)
+
+
+class _RowView:
+    """_join looks at nothing of the row under the strict and splice rules; it takes one for its signature."""

@@ -1,0 +1,141 @@
+"""An episode's training rows as `alight inspect` shows them: the same calls merge as the trainer merges them (its own
+rules on the stored ids), each break says where the ids diverge and why (the trainer's label when it recorded one),
+and sampled tokens show vLLM's token text where the stored answer has it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.inspect.app import InspectApp
+from agentlightning_cli.inspect.call_view import CallScreen
+from agentlightning_cli.inspect.episode_view import EpisodeScreen
+from agentlightning_cli.inspect.paged_table import MEASURE, PagedTable
+from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, stored_episode_rows
+from agentlightning_cli.inspect.tokens import completion_token_texts
+from agentlightning_cli.store import Store
+from agentlightning_cli.testing.call_bodies import Step, conversation
+from agentlightning_cli.testing.inspect_store import build_demo_run, token_text
+from agentlightning_cli.train.rows import RowContext, build_rows
+
+
+@pytest.fixture
+def demo(tmp_path: Path):
+    return build_demo_run(tmp_path / "runs" / "demo")
+
+
+def _episode(store: Store, episode_id: str):
+    return store.episode_summaries_by_id([episode_id])[0]
+
+
+def test_breaks_say_where_and_why_with_the_trainers_label_and_token_text(demo):
+    with Store.open(demo.run_dir) as store:
+        s = _episode(store, demo.reply_break_episode)
+        rows = stored_episode_rows(store, s.episode.id, s.episode.run_id, s.round_index)
+        calls = store.get_calls(s.episode.id)
+    assert [r.calls for r in rows.rows] == [[0, 1], [2], [3]] and rows.merge == "strict"
+    brk = rows.to_json()["rows"][1]["break"]
+    at = len(calls[1].prompt_token_ids) + 2
+    assert (brk["where"], brk["at"], brk["reply_token"], brk["previous_call"]) == ("reply", at, 2, 1)
+    assert brk["expected_id"] == calls[1].completion_token_ids[2] and brk["got_id"] == 7
+    assert brk["expected_text"] == token_text(calls[1].completion_token_ids[2])
+    assert brk["trainer_reason"] == "retokenised" and "in call 1's reply (sampled token 2 of 12)" in brk["reason"]
+
+    with Store.open(demo.run_dir) as store:
+        s = _episode(store, demo.broken_prefix_episode)
+        history = stored_episode_rows(store, s.episode.id, s.episode.run_id, s.round_index).to_json()["rows"][1]
+    assert history["break"]["where"] == "history" and history["break"]["at"] == 10
+    assert history["break"]["trainer_reason"] == "edited" and history["break"]["expected_text"] is None
+
+
+def test_rows_are_the_trainers_rows_with_retries_errors_and_temperature(tmp_path: Path):
+    steps = [Step(text="Look.", tool=("bash", {"command": "ls"}), tool_output="a.py"),
+             Step(tool=("bash", {"command": "cat a.py"}), tool_output="x = 1"),
+             Step(tool=("bash", {"command": "pytest"}), tool_output="ok", status="upstream_error"),
+             Step(tool=("bash", {"command": "pytest"}), tool_output="1 passed"),
+             Step(text="Done.")]
+    records = conversation("ep", "openai-chat", "Fix it.", steps)
+    retry = dataclasses.replace(records[1], completion_token_ids=[5, 6, 7], completion_logprobs=[-0.1, -0.2, -0.3])
+    hot = dataclasses.replace(records[4], sampling={**records[4].sampling, "temperature": 0.7})
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        store.add_calls([dataclasses.replace(r, episode_id=ep.id) for r in [records[0], retry, *records[1:4], hot]])
+        calls = store.get_calls(ep.id)
+    rows = episode_rows(calls)
+    trainer = build_rows(ep.id, calls, RowContext())
+    by_id = {c.id: c.seq for c in calls}
+    assert [r.calls for r in rows.rows] == [[by_id[i] for i in r.call_ids] for r in trainer.rows]
+    assert rows.skipped == {1: "retried prompt: call 2 sent the same prompt ids again and trains instead",
+                            3: "status upstream_error: error calls train nothing"}
+    assert rows.rows[-1].calls == [5] and rows.details[rows.rows[-1].index]["where"] == "temperature"
+    assert first_difference([1, 2, 3], [1, 2, 4]) == 2 and first_difference(list(range(2000)), list(range(1500))) == 1500
+
+
+def test_token_texts_where_stored_and_cli_json(demo, tmp_path: Path):
+    with Store.open(demo.run_dir) as store:
+        chat = store.get_calls(demo.reply_break_episode)[1]
+        streamed = store.get_call(demo.streamed_call)
+    assert completion_token_texts(chat) == [token_text(t) for t in chat.completion_token_ids]
+    assert completion_token_texts(streamed) is None  # a streamed answer keeps ids only
+    out = subprocess.run([sys.executable, "-m", "agentlightning_cli", "inspect", "show", chat.id, "--run",
+                          str(demo.run_dir), "--json", "--raw"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["raw"]["completion_token_texts"] == completion_token_texts(chat)
+
+
+async def test_app_shows_break_detail_and_token_text(demo):
+    from tests.test_inspect_app import screen_text
+
+    app = InspectApp(demo.run_dir)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.push_screen(EpisodeScreen(app.source, demo.reply_break_episode))
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        text = screen_text(app.screen)
+        assert "in call 1's reply (sampled token 2 of 12)" in text and "trainer's label: retokenised" in text
+        with Store.open(demo.run_dir) as store:
+            chat = store.get_calls(demo.reply_break_episode)[1]
+        assert f'expected id {chat.completion_token_ids[2]} {json.dumps(token_text(chat.completion_token_ids[2]))}' in text
+        app.push_screen(CallScreen(app.source, chat.id))
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause()
+        text = screen_text(app.screen)
+        first = chat.completion_token_ids[0]
+        assert "token text as vLLM reported it" in text
+        assert f"    0  {first:>8}  {chat.completion_logprobs[0]:9.5f}  {json.dumps(token_text(first))}" in text
+
+
+async def test_long_table_draws_only_what_is_on_screen():
+    from textual.app import App
+
+    items = [f"item-{i:05d}" for i in range(5000)]
+    rendered: list[str] = []
+
+    def render(item: str) -> list[str]:
+        rendered.append(item)
+        return [item, str(len(item))]
+
+    class One(App[None]):
+        def compose(self):
+            yield PagedTable(["name", "len"], render, key=lambda s: s, id="t")
+
+    app = One()
+    async with app.run_test(size=(80, 30)) as pilot:
+        table = app.query_one(PagedTable)
+        table.show_items(items)
+        table.focus()
+        await pilot.pause()
+        assert table.row_count == 5000 and len(set(rendered)) <= MEASURE + 30
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.current() == "item-04999" and "item-04999" in rendered and len(set(rendered)) <= MEASURE + 60
+        await pilot.press("up", "enter")
+        await pilot.pause()
+        assert table.get_row_at(4998) == ["item-04998", "10"]
