@@ -187,6 +187,34 @@ def open_episode(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) 
     return asyncio.run(go())
 
 
+def open_rows(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) -> list[float]:
+    """In-process, headless: seconds from `t` on an open 100-call episode until the trainer's rows (read from the
+    episode's token ids, with where each prefix broke) are drawn."""
+    from agentlightning_cli.inspect.app import InspectApp
+    from agentlightning_cli.inspect.episode_view import EpisodeScreen
+
+    async def go() -> list[float]:
+        times = []
+        app = InspectApp(run_dir)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            for _ in range(repeat):
+                app.push_screen(EpisodeScreen(app.source, episode_id))
+                await pilot.pause()
+                while not isinstance(app.screen, EpisodeScreen) or not app.screen.loaded:
+                    await pilot.pause(0.005)
+                t, c = time.perf_counter(), time.process_time()
+                await pilot.press("t")
+                await pilot.pause()  # one more frame: the rows are drawn
+                times.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
+                app.pop_screen()
+                await pilot.pause()
+        return times
+
+    return asyncio.run(go())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=10_000)
@@ -218,6 +246,8 @@ def main() -> None:
     rows["app first paint"] = [first_paint(run_dir, first) for _ in range(args.repeat)]
     cpu["open a 100-call episode"] = []
     rows["open a 100-call episode"] = open_episode(run_dir, big, args.repeat, cpu["open a 100-call episode"])
+    cpu["its training rows (t)"] = []
+    rows["its training rows (t)"] = open_rows(run_dir, big, args.repeat, cpu["its training rows (t)"])
     exports = {}
     if args.no_export and args.out.exists():
         exports = {fmt: {**e, "from_previous_run": True} for fmt, e in json.loads(args.out.read_text())["export"].items()}
@@ -229,7 +259,7 @@ def main() -> None:
                         "calls_per_cpu_s": round(gen["calls"] / spent[0]),
                         "mb": round((tmp / f"all.{fmt}").stat().st_size / 2**20, 1)}
     targets = {"inspect list (table)": 1.0, "inspect list --json": 1.0, "app first paint": 1.5,
-               "open a 100-call episode": 0.3}
+               "open a 100-call episode": 0.3, "its training rows (t)": 0.3}
     result = {"store": gen, "load_avg_before": load_before, "load_avg_after": os.getloadavg(), "cores": os.cpu_count(),
               "python": platform.python_version(),
               "timings_s": {k: {"median": round(statistics.median(v), 3), "runs": [round(x, 3) for x in v],
