@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,50 @@ async def test_big_file_hits_the_file_size_limit(tmp_path: Path) -> None:
     assert (ws / "big.bin").stat().st_size == 5 * 1024 * 1024
 
 
+async def test_a_write_past_the_file_size_limit_anywhere_in_the_tree_ends_the_sandbox_at_once(tmp_path: Path) -> None:
+    """A shell tool's write past the limit kills only that writer; the kernel's exit notice ends the episode."""
+    from agentlightning_cli.sandbox import exits
+
+    assert exits.listener() is not None, "this machine's kernel gives no exit notices"
+    ws, ep = episode_dirs(tmp_path, "tool")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], limits=EpisodeLimits(file_size_mb=5)))
+    started = time.monotonic()
+    await run_boxed(box, ["bash", "-c", "bash -c 'head -c 10000000 /dev/zero > big'; echo went on > after; sleep 60"],
+                    ws, timeout=60)
+    assert time.monotonic() - started < 10
+    assert box.limit == "file_size" and "SIGXFSZ" in box.breach, box.breach
+    assert (ws / "big").stat().st_size == 5 * 1024 * 1024
+
+
+async def test_without_exit_notices_the_sandboxs_first_process_still_catches_an_orphan_killed_at_the_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlightning_cli.sandbox import exits
+
+    monkeypatch.setattr(exits, "listener", lambda: None)  # a machine where the kernel tells us nothing
+    ws, ep = episode_dirs(tmp_path, "orphan")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], limits=EpisodeLimits(file_size_mb=5)))
+    started = time.monotonic()
+    # The writer's parent shell exits first: the writer is an orphan, reaped by the sandbox's PID 1.
+    writer = "sh -c 'sleep 0.3; exec head -c 10000000 /dev/zero > big'"
+    code = await run_boxed(box, ["bash", "-c", f"({writer} &); sleep 60"], ws, timeout=60)
+    assert time.monotonic() - started < 10
+    assert code == 128 + 25 and box.limit == "file_size", (code, box.breach)
+
+
+async def test_limits_are_set_inside_and_nothing_runs_in_front_of_bubblewrap(tmp_path: Path) -> None:
+    ws, ep = episode_dirs(tmp_path, "limits")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], limits=EpisodeLimits(cpu_s=77, file_size_mb=3)))
+    argv = box.command(["sh", "-c", "cat /proc/self/limits > limits.txt; echo $$ > pid.txt"], ws)
+    assert argv[0] == box.bwrap and "--as-pid-1" in argv
+    assert box.popen_kwargs().keys() == {"pass_fds"}  # no preexec_fn: Python can vfork
+    assert await run_boxed(box, ["sh", "-c", "cat /proc/self/limits > limits.txt; echo $$ > pid.txt"], ws) == 0
+    limits = {line[:26].strip(): line[26:].split()[:2] for line in (ws / "limits.txt").read_text().splitlines()[1:]}
+    assert limits["Max cpu time"] == ["77", "82"]
+    assert limits["Max file size"] == [str(3 * 1024 * 1024)] * 2
+    assert limits["Max core file size"] == ["0", "0"]
+    assert (ws / "pid.txt").read_text().strip() == "2"  # the forwarder is PID 1, the command its child
+
+
 def test_without_bubblewrap_the_error_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without bwrap
     with pytest.raises(AlightError) as err:
@@ -207,7 +252,7 @@ async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_san
         spec.proxy_socket, spec.proxy_listeners = None, Path(env.proxy.unix_path).with_name(LISTENERS_SOCKET)
         cfg = {"base_url": f"{env.proxy.base_url}/e/{episode_id}/v1", "api_key": key}
         box = Sandbox(spec)
-        assert "--hand-over" in box.command(["true"], ws)
+        assert "hand-over" in box.command(["true"], ws)
         assert await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps(cfg)], ws) == 0
         assert json.loads((ws / "report.json").read_text())["model"]["ok"]
         assert len(await env.calls(episode_id, 1)) == 1

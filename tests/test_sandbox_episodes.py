@@ -142,3 +142,58 @@ async def test_without_bubblewrap_an_episode_fails_with_the_fix(tmp_path: Path, 
         with pytest.raises(AlightError) as err:
             await env.run(recipe, inst, spec)
     assert "bubblewrap" in err.value.message and "apt-get install bubblewrap" in err.value.hint
+
+
+async def test_a_file_size_hit_in_a_tool_ends_the_episode_at_once_while_another_goes_on(tmp_path: Path) -> None:
+    limits = EpisodeLimits(file_size_mb=4)
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        writer, inst = agent_recipe(tmp_path / "w", mode="big_file_tool", bytes=8 * 1024 * 1024)
+        calm, _ = agent_recipe(tmp_path / "c")
+        calm.command = ["bash", "-c", "sleep 2; exec \"$0\" \"$@\"", *calm.command]
+        specs = [env.new_episode(r, tmp_path / f"ws-{i}", timeout_s=90, limits=limits)
+                 for i, r in enumerate((writer, calm))]
+        outcomes = await asyncio.gather(*(env.run(r, inst, s) for r, s in zip((writer, calm), specs)))
+    assert outcomes[0].status == "resource_limit" and outcomes[0].reason.startswith("file_size"), outcomes[0]
+    assert "SIGXFSZ" in outcomes[0].reason and outcomes[0].wall_s < 15, outcomes[0]
+    assert outcomes[1].status == "finished", outcomes[1]
+
+
+async def test_a_stopped_or_cancelled_harness_gets_its_grace_to_flush_inside_the_sandbox(tmp_path: Path) -> None:
+    recipe, inst = agent_recipe(tmp_path, mode="flush_on_term")  # stop: SIGTERM, grace_s 1
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        stopped = env.new_episode(recipe, tmp_path / "ws-stop", timeout_s=60)
+        cancelled = env.new_episode(recipe, tmp_path / "ws-cancel", timeout_s=60)
+        timed_out = env.new_episode(recipe, tmp_path / "ws-timeout", timeout_s=3)
+        runs = [asyncio.ensure_future(env.run(recipe, inst, s)) for s in (stopped, cancelled, timed_out)]
+        for spec in (stopped, cancelled):
+            await _until(lambda spec=spec: (spec.workspace / "waiting").exists())
+        env.stopper(stopped.episode_id, "call budget spent")
+        runs[1].cancel()
+        outcome = await runs[0]
+        with pytest.raises(asyncio.CancelledError):
+            await runs[1]
+        late = await runs[2]
+    assert outcome.status == "budget_exceeded", outcome
+    assert late.status == "timeout", late
+    for spec in (stopped, cancelled, timed_out):  # written half a second after SIGTERM: the sandbox waited
+        assert json.loads((spec.workspace / "flushed.json").read_text()) == {"signal": 15}, spec.workspace
+
+
+async def _until(check, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_program_missing_inside_the_sandbox_is_named(tmp_path: Path) -> None:
+    tool = tmp_path / "elsewhere" / "my-harness"  # exists on the host, but its folder is not visible inside
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    recipe, inst = agent_recipe(tmp_path)
+    recipe.command = [str(tool)]
+    async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+        outcome = await env.run(recipe, inst, env.new_episode(recipe, tmp_path / "ws", timeout_s=30))
+    assert outcome.status == "harness_error", outcome
+    assert str(tool) in outcome.reason and "No such file" in outcome.reason and "sandbox.read_only" in outcome.reason

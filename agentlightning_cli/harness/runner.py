@@ -25,7 +25,8 @@ from agentlightning_cli.harness.env import EpisodeSpec, episode_context, harness
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.outcome import EpisodeOutcome, judge, load_report
 from agentlightning_cli.harness.recipe import Recipe
-from agentlightning_cli.harness.sandboxed import open_box
+from agentlightning_cli.sandbox.launch import CANNOT_START
+from agentlightning_cli.harness.sandboxed import EpisodeBox, open_box
 
 log = logging.getLogger("alight.harness")
 
@@ -151,11 +152,16 @@ class HarnessEpisode:
                 boxed.box.started(proc.pid)
             exited = asyncio.ensure_future(proc.wait())
             stopper = asyncio.ensure_future(self._stop.wait())
-            await asyncio.wait({exited, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
+            try:
+                await asyncio.wait({exited, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # Ctrl-C: the harness still gets its grace to flush
+                await asyncio.shield(self._terminate(proc, exited, boxed))
+                raise
+            finally:
+                stopper.cancel()
             if not exited.done():
                 timed_out = not self._stop.is_set()
-                await self._terminate(proc, exited)
+                await self._terminate(proc, exited, boxed)
             exit_code = proc.returncode
         finally:
             await self._cleanup(ctx, env)
@@ -177,6 +183,10 @@ class HarnessEpisode:
             "proxy": "listener handed over" if boxed.box.spec.proxy_listeners else "relayed"}
         if boxed is not None and boxed.box.limit is not None:
             self._stop_status, self._stop_reason = "resource_limit", boxed.box.breach
+        elif boxed is not None and exit_code == 127 and self._stop_status is None:
+            missing = cannot_start(stderr_path)
+            if missing is not None:
+                self._stop_status, self._stop_reason = "harness_error", missing
         outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
         outcome.first_call_s = round(first - started, 3) if first is not None else None
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
@@ -204,9 +214,17 @@ class HarnessEpisode:
         elif turn_limit:
             outcome.reason = "turn limit reached"
 
-    async def _terminate(self, proc: asyncio.subprocess.Process, exited: asyncio.Future) -> None:
+    async def _terminate(self, proc: asyncio.subprocess.Process, exited: asyncio.Future,
+                         boxed: EpisodeBox | None) -> None:
+        """The recipe's stop signal, then SIGKILL after its grace_s. Sandboxed, the signal goes to the sandbox's
+        PID 1, which passes it on to the harness: the namespace stays up for the grace, so the harness can flush
+        its trajectory (a signal to bubblewrap itself would end the namespace at once)."""
         stop = self.recipe.stop
-        await asyncio.to_thread(process.terminate, proc.pid, self.marker, getattr(signal, stop.signal))
+        sig = getattr(signal, stop.signal)
+        if exited.done():
+            return
+        if boxed is None or not await asyncio.to_thread(boxed.box.signal, sig):
+            await asyncio.to_thread(process.terminate, proc.pid, self.marker, sig)
         try:
             await asyncio.wait_for(asyncio.shield(exited), stop.grace_s)
         except asyncio.TimeoutError:
@@ -223,6 +241,20 @@ class HarnessEpisode:
                 await asyncio.wait_for(proc.wait(), 15)
             except (OSError, asyncio.TimeoutError):
                 continue  # cleanup is best effort; a missing tmux server is the normal case
+
+
+def cannot_start(stderr_path: Path) -> str | None:
+    """The sandbox's own line saying the harness's program could not start inside it, as a reason that names
+    the program and the fix; None when the harness started (its exit code 127 is its own)."""
+    try:
+        first = stderr_path.read_text(encoding="utf-8", errors="replace").lstrip().split("\n", 1)[0]
+    except OSError:
+        return None
+    if not first.startswith(CANNOT_START):
+        return None
+    what = first[len(CANNOT_START):].strip()
+    return (f"cannot start {what} inside the sandbox (is it installed, and is its folder visible? a recipe adds "
+            "folders with `sandbox.read_only`)")
 
 
 def _tail(path: Path, limit: int = 400) -> str:

@@ -8,7 +8,8 @@ directory, ALIGHT_HOME, the user's HOME) simply does not exist inside. Network: 
 loopback; forwarder.py binds 127.0.0.1:<proxy port> inside, so a harness keeps its plain
 http://127.0.0.1:<port>/e/<episode>/v1 URL, and either hands that listening socket to alight's proxy
 (/run/alight/listeners.sock: the proxy accepts from the sandbox directly) or relays each connection to a
-proxy's HTTP Unix socket bound in at /run/alight/proxy.sock.
+proxy's HTTP Unix socket bound in at /run/alight/proxy.sock. The forwarder is the sandbox's PID 1 for every
+command (setup and reward shells too): it sets the rlimits and reaps orphans (see forwarder.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ sandbox's forwarder hands its loopback listener there (proxy/listener_inbox.py r
 
 SOCKET_INSIDE = "/run/alight/proxy.sock"
 LISTENERS_INSIDE = "/run/alight/listeners.sock"
-FORWARDER_INSIDE = "/run/alight/forwarder.py"
+FORWARDER_INSIDE = "/run/alight/forwarder.pyc"
 FORWARDER = Path(__file__).with_name("forwarder.py")
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; scripts/install.sh does it), or run on the host with `--sandbox none`"
@@ -50,7 +51,7 @@ class SandboxSpec:
     """The proxy's listener inbox (proxy/listener_inbox.py); with proxy_port, the forwarder hands its listening
     socket to the proxy instead of relaying (nothing added per call). Wins over proxy_socket."""
     network: bool = False
-    """True shares the host's network (a task's `setup_network: true`); no forwarder then."""
+    """True shares the host's network (a task's `setup_network: true`); nothing is forwarded then."""
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
 
 
@@ -93,14 +94,34 @@ def forwarder_python() -> tuple[str, Path]:
     return str(exe), prefix if exe.is_relative_to(prefix) else exe.parent.parent
 
 
-def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap", info_fd: int | None = None) -> list[str]:
-    """The full command line: bwrap, its mounts, and (with a proxy socket) the forwarder wrapping argv."""
+@functools.lru_cache(maxsize=1)
+def compiled_forwarder() -> Path:
+    """forwarder.py compiled once per alight process into a private folder: the sandbox runs the .pyc, so no
+    episode pays for parsing it (several ms each)."""
+    import atexit
+    import py_compile
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="alight-fwd-")  # 0700: nothing else on the host can swap the file
+    atexit.register(shutil.rmtree, folder, True)
+    return Path(py_compile.compile(str(FORWARDER), cfile=os.path.join(folder, "forwarder.pyc"), doraise=True))
+
+
+def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap", info_fd: int | None = None,
+            block_fd: int | None = None, rlimits: str = "-") -> list[str]:
+    """The full command line: bwrap, its mounts, and forwarder.py as the sandbox's PID 1 wrapping argv.
+
+    info_fd: bubblewrap writes the sandbox's first process id there; block_fd: it waits for a byte there before
+    starting anything (the host moves that process into the episode's cgroup meanwhile). rlimits: the
+    forwarder's RES=SOFT:HARD list, set inside before argv starts."""
     args = [bwrap, "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--hostname", "alight-episode"]
+            "--unshare-cgroup-try", "--hostname", "alight-episode", "--as-pid-1"]
     if not spec.network:
         args.append("--unshare-net")
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        args += ["--block-fd", str(block_fd)]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -108,25 +129,23 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
             args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
              "--size", str(spec.limits.file_size_mb * MB), "--tmpfs", "/tmp"]
-    hand_over = spec.proxy_listeners is not None and spec.proxy_port is not None and not spec.network
-    forward = hand_over or (spec.proxy_socket is not None and spec.proxy_port is not None and not spec.network)
     python, python_prefix = forwarder_python()
-    read_only = [*spec.read_only, python_prefix] if forward else list(spec.read_only)
-    for path in _outermost(read_only):
+    for path in _outermost([*spec.read_only, python_prefix]):
         args += ["--ro-bind", str(path), str(path)]
     for path in _outermost(spec.writable):
         args += ["--bind", str(path), str(path)]
-    args += ["--chdir", str(cwd)]
-    if hand_over:
-        args += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--bind", str(spec.proxy_listeners), LISTENERS_INSIDE,
-                 "--", python, "-I", "-S", FORWARDER_INSIDE, "--hand-over", LISTENERS_INSIDE, str(spec.proxy_port),
-                 "--", *argv]
-    elif forward:
-        args += ["--ro-bind", str(FORWARDER), FORWARDER_INSIDE, "--bind", str(spec.proxy_socket), SOCKET_INSIDE,
-                 "--", python, "-I", "-S", FORWARDER_INSIDE, SOCKET_INSIDE, str(spec.proxy_port), "--", *argv]
-    else:
-        args += ["--", *argv]
-    return args
+    args += ["--chdir", str(cwd), "--ro-bind", str(compiled_forwarder()), FORWARDER_INSIDE]
+    mode, address = "none", "-"
+    if spec.network or spec.proxy_port is None:
+        pass
+    elif spec.proxy_listeners is not None:
+        args += ["--bind", str(spec.proxy_listeners), LISTENERS_INSIDE]
+        mode, address = "hand-over", LISTENERS_INSIDE
+    elif spec.proxy_socket is not None:
+        args += ["--bind", str(spec.proxy_socket), SOCKET_INSIDE]
+        mode, address = "relay", SOCKET_INSIDE
+    port = str(spec.proxy_port) if mode != "none" else "-"
+    return [*args, "--", python, "-I", "-S", FORWARDER_INSIDE, mode, address, port, rlimits, "--", *argv]
 
 
 def _outermost(paths: list[Path]) -> list[Path]:

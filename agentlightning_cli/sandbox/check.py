@@ -22,5 +22,11 @@ def sandbox_status() -> dict:
         cgroup.remove()
     limits = ("process limit enforced by a pids cgroup" if cgroup is not None
               else "no writable pids cgroup: the process limit is watched, not enforced by the kernel")
-    return {"ok": True, "version": version, "detail": f"{bwrap}: user, PID and network namespaces work; {limits}",
+    from agentlightning_cli.sandbox import exits
+
+    notices = ("a file size / CPU limit hit anywhere in an episode ends it at once (kernel exit notices)"
+               if exits.listener() is not None else
+               "no kernel exit notices: a file size limit hit deep in an episode is found when it ends")
+    return {"ok": True, "version": version,
+            "detail": f"{bwrap}: user, PID and network namespaces work; {limits}; {notices}",
             "fix": None}

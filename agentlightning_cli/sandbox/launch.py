@@ -1,10 +1,10 @@
 """Start one command in a sandbox and watch it: the glue the harness runner and the task shells share.
 
     box = Sandbox(spec)                                    # makes the episode's cgroup (where possible)
-    argv = box.command(argv, cwd)                          # bwrap ... -- forwarder ... -- argv
-    proc = Popen(argv, env=env, **box.popen_kwargs())      # cgroup and rlimits set by sh/prlimit in front
-    box.started(proc.pid)                                  # the watchdog starts
-    ...wait...
+    argv = box.command(argv, cwd)                          # bwrap ... -- forwarder (PID 1, sets rlimits) -- argv
+    proc = Popen(argv, env=env, **box.popen_kwargs())      # no preexec_fn, no program in front of bwrap
+    box.started(proc.pid)                                  # the watchdog joins the cgroup, then watches
+    ...wait...  (box.signal(SIGTERM) asks the command to stop, with a grace before the kill)
     box.close()                                            # -> box.limit / box.breach when a limit ended it
 
 Killing `proc` (bubblewrap) ends everything inside: the sandbox's first process dies with its parent
@@ -14,65 +14,63 @@ Killing `proc` (bubblewrap) ends everything inside: the sandbox's first process 
 from __future__ import annotations
 
 import os
-import resource
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.sandbox import bwrap
-from agentlightning_cli.sandbox.limits import MB, PidsCgroup, apply_rlimits, rlimits
+from agentlightning_cli.sandbox.limits import MB, PidsCgroup, rlimit_arg
 from agentlightning_cli.sandbox.watchdog import Watchdog
-
-_PRLIMIT = shutil.which("prlimit")
 
 # A child killed by one of these died of a per-process rlimit (the forwarder exits 128 + N for it).
 SIGNAL_LIMITS = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}
+CANNOT_START = "sandbox: cannot start "
+"""How forwarder.py says the command's program does not exist (or cannot run) inside the sandbox."""
 
 
 class Sandbox:
     def __init__(self, spec: bwrap.SandboxSpec, bwrap_exe: str | None = None, watch_interval_s: float = 0.05):
         self.spec = spec
         self.bwrap = bwrap_exe or bwrap.ensure_available()
-        # A little headroom over the limit: bubblewrap itself and its init are counted too.
-        self.cgroup = PidsCgroup.create(spec.limits.processes + 2)
-        self._info_r = self._info_w = None
-        if self.cgroup is None:
-            self._info_r, self._info_w = os.pipe()
+        # A little headroom over the limit: the forwarder (PID 1) is counted too.
+        self.cgroup = PidsCgroup.create(spec.limits.processes + 1)
+        # bubblewrap writes its first process's pid to info; with a cgroup it then waits on block until the
+        # watchdog has moved that process in (a cgroup v1 move waits ~10 ms for an RCU grace period: done
+        # meanwhile, not in a program in front of bwrap).
+        self._info_r, self._info_w = os.pipe()
+        self._block_r, self._block_w = os.pipe() if self.cgroup is not None else (None, None)
         self.watch_interval_s = watch_interval_s
         self.watchdog: Watchdog | None = None
         self.limit: str | None = None
         self.breach: str | None = None
 
     def command(self, argv: list[str], cwd: Path) -> list[str]:
-        """sh (joins the cgroup) -> prlimit (sets the rlimits) -> bwrap: both done by small programs in front,
-        so the caller needs no preexec_fn (which makes Python fork its whole process instead of vfork: ~20 ms)."""
-        inner = bwrap.command(self.spec, argv, cwd, self.bwrap, info_fd=self._info_w)
-        if _PRLIMIT is not None:
-            flags = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_FSIZE: "--fsize", resource.RLIMIT_CORE: "--core"}
-            inner = [_PRLIMIT, *(f"{flags[r]}={soft}:{hard}" for r, soft, hard in rlimits(self.spec.limits)),
-                     "--", *inner]
-        if self.cgroup is not None:
-            # "0" moves the writing process (this sh) in; bwrap and all it starts inherit the cgroup.
-            inner = ["/bin/sh", "-c", '{ echo 0 > "$1"; } 2>/dev/null; shift; exec "$@"', "sh",
-                     self.cgroup.procs_file(), *inner]
-        return inner
+        return bwrap.command(self.spec, argv, cwd, self.bwrap, info_fd=self._info_w, block_fd=self._block_r,
+                             rlimits=rlimit_arg(self.spec.limits))
 
     def popen_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if _PRLIMIT is None:  # no prlimit program: set the limits in the child between fork and exec
-            values = rlimits(self.spec.limits)
-            kwargs["preexec_fn"] = lambda: apply_rlimits(values)
-        if self._info_w is not None:
-            kwargs["pass_fds"] = (self._info_w,)
-        return kwargs
+        return {"pass_fds": tuple(fd for fd in (self._info_w, self._block_r) if fd is not None)}
 
     def started(self, pid: int) -> None:
-        if self._info_w is not None:
-            os.close(self._info_w)
-            self._info_w = None
-        self.watchdog = Watchdog(self.spec.limits, pid, self.cgroup, self._info_r, self.watch_interval_s).start()
-        self._info_r = None  # the watchdog reads and closes it
+        for fd in (self._info_w, self._block_r):
+            if fd is not None:
+                os.close(fd)
+        self._info_w = self._block_r = None
+        self.watchdog = Watchdog(self.spec.limits, pid, self.cgroup, self._info_r, self._block_w,
+                                 self.watch_interval_s).start()
+        self._info_r = self._block_w = None  # the watchdog reads and closes them
+
+    def signal(self, sig: int, wait_s: float = 2.0) -> bool:
+        """Send `sig` to the sandbox's PID 1 (the forwarder), which passes it on to the command: a polite stop
+        that leaves the namespace standing. False when that process is not known (yet): kill instead."""
+        pid = self.watchdog.inner_pid(wait_s) if self.watchdog is not None else None
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
 
     def exit_limit(self, exit_code: int | None) -> None:
         """The forwarder exits 128+N when the command died of signal N: SIGXCPU/SIGXFSZ are limits too."""
@@ -87,10 +85,10 @@ class Sandbox:
             self.watchdog.stop()
             if self.watchdog.breach is not None:
                 self.limit, self.breach = self.watchdog.limit_name, self.watchdog.breach
-        for fd in (self._info_r, self._info_w):
+        for fd in (self._info_r, self._info_w, self._block_r, self._block_w):
             if fd is not None:
                 os.close(fd)
-        self._info_r = self._info_w = None
+        self._info_r = self._info_w = self._block_r = self._block_w = None
         if self.limit is None:
             # A write past RLIMIT_FSIZE fails (EFBIG, or SIGXFSZ for the writer) without ending anything: a
             # file left at exactly the limit is how we learn that a command hit it.

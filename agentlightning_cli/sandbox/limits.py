@@ -2,8 +2,10 @@
 
 Two layers, because neither alone is enough:
 - rlimits are exact but per process: RLIMIT_CPU and RLIMIT_FSIZE stop one runaway command (SIGXCPU / SIGXFSZ).
-  RLIMIT_NPROC is not used: the kernel exempts root (who runs alight in containers), and for other users it
-  counts every process the user has on the machine, not the episode's.
+  RLIMIT_NPROC is not used: the kernel exempts root (who runs alight in containers) even inside a user
+  namespace, and on kernels before 5.14 it counts every process the user has on the machine. RLIMIT_AS and
+  RLIMIT_DATA are not used either: Node/V8 (Codex's and Claude Code's launchers) and the JVM reserve many GB of
+  address space they never touch, so an address-space cap near the memory limit breaks the harnesses.
 - the watchdog (watchdog.py) sums every process of the episode: CPU seconds, resident memory, process count;
   past a limit it kills the whole sandbox and names the limit.
 A pids cgroup, where the machine lets us create one, makes the process limit a hard kernel limit too, so a fork
@@ -33,16 +35,10 @@ def rlimits(limits: EpisodeLimits) -> list[tuple[int, int, int]]:
     ]
 
 
-def apply_rlimits(values: list[tuple[int, int, int]]) -> None:
-    """In the child between fork and exec (preexec_fn): only what cannot fail half-way."""
-    for res, soft, hard in values:
-        try:
-            old_soft, old_hard = resource.getrlimit(res)
-            if old_hard != resource.RLIM_INFINITY:
-                hard, soft = min(hard, old_hard), min(soft, old_hard)
-            resource.setrlimit(res, (soft, hard))
-        except (ValueError, OSError):
-            pass
+def rlimit_arg(limits: EpisodeLimits) -> str:
+    """The rlimits as the in-sandbox forwarder takes them (RES=SOFT:HARD,...): it sets them as PID 1, so
+    no program runs in front of bubblewrap to do it (a fork + exec each, and no preexec_fn in the caller)."""
+    return ",".join(f"{res}={soft}:{hard}" for res, soft, hard in rlimits(limits))
 
 
 class PidsCgroup:
@@ -85,8 +81,13 @@ class PidsCgroup:
             pass
         return 0
 
-    def procs_file(self) -> str:
-        return str(self.path / "cgroup.procs")
+    def join(self, pid: int) -> bool:
+        """Move `pid` in (its children follow from then on). False when the kernel refuses."""
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+            return True
+        except OSError:
+            return False
 
     def remove(self, wait_s: float = 2.0) -> None:
         """Remove the cgroup once the kernel has let go of its exited processes (that takes a moment)."""

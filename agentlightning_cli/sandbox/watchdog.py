@@ -1,8 +1,10 @@
 """Watch one sandbox from the host: all its processes' CPU seconds, resident memory and count; past a limit,
 kill the sandbox (its PID namespace goes with it) and remember which limit it was.
 
-Processes are found through the episode's pids cgroup when there is one (one small file), otherwise by
-scanning /proc for processes in the sandbox's PID namespace (bubblewrap tells us its first process).
+Processes are found through the episode's pids cgroup when there is one (one small file; this thread moves
+the sandbox's first process in while bubblewrap waits), otherwise by scanning /proc for processes in the
+sandbox's PID namespace (bubblewrap tells us its first process). A process killed by SIGXFSZ / SIGXCPU
+anywhere in the episode is reported by the kernel (exits.py) and trips the watchdog at once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 from pathlib import Path
 
 from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.sandbox import exits
 from agentlightning_cli.sandbox.limits import MB, PidsCgroup
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -23,13 +26,16 @@ class Watchdog:
     """A daemon thread polling every `interval_s`; `breach` is None or e.g. "memory: 812 MB > 256 MB"."""
 
     def __init__(self, limits: EpisodeLimits, sandbox_pid: int, cgroup: PidsCgroup | None,
-                 info_fd: int | None, interval_s: float = 0.05):
+                 info_fd: int | None, block_fd: int | None = None, interval_s: float = 0.05):
         self.limits, self.sandbox_pid, self.cgroup = limits, sandbox_pid, cgroup
-        self.info_fd, self.interval_s = info_fd, interval_s
+        self.info_fd, self.block_fd, self.interval_s = info_fd, block_fd, interval_s
         self.breach: str | None = None
         self.limit_name: str | None = None
         self.peak = {"processes": 0, "memory_mb": 0.0, "cpu_s": 0.0}
+        self._inner: int | None = None
+        self._inner_known = threading.Event()
         self._ns: str | None = None
+        self._notices: exits.ExitListener | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sandbox-watchdog-{sandbox_pid}", daemon=True)
 
@@ -41,21 +47,49 @@ class Watchdog:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2)
+        if self._notices is not None and self._ns is not None:
+            self._notices.unwatch(self._ns)  # after the join: the thread registers it
+
+    def inner_pid(self, wait_s: float = 0.0) -> int | None:
+        """The sandbox's first process (the forwarder, PID 1 inside), once bubblewrap has said which it is."""
+        self._inner_known.wait(wait_s)
+        return self._inner
+
+    def trip(self, limit_name: str, breach: str) -> None:
+        """A limit was hit (seen here or reported by exits.py): remember it and kill the whole sandbox."""
+        if self.breach is None:
+            self.limit_name, self.breach = limit_name, breach
+        self._stop.set()
+        try:
+            os.kill(self.sandbox_pid, signal.SIGKILL)  # the forwarder (PID 1) dies with it: the whole namespace
+        except ProcessLookupError:
+            pass
 
     def _run(self) -> None:
-        if self.cgroup is None:
-            self._ns = self._read_namespace()
+        try:
+            self._inner = self._read_inner()
+            if self._inner is not None:
+                try:
+                    self._ns = os.readlink(f"/proc/{self._inner}/ns/pid")
+                except OSError:
+                    pass
+            if self.cgroup is not None and not (self._inner and self.cgroup.join(self._inner)):
+                self.cgroup = None  # not moved in: watch by PID namespace instead
+            if self._ns is not None and (notices := exits.listener()) is not None:
+                notices.watch(self._ns, self.trip)  # a limit kill deep in the tree ends the episode now
+                self._notices = notices
+        finally:
+            self._inner_known.set()
+            if self.block_fd is not None:
+                os.close(self.block_fd)  # bubblewrap goes on (EOF or a byte alike)
+                self.block_fd = None
         while not self._stop.wait(self.interval_s):
             found = self.check()
             if found is not None:
-                self.limit_name, self.breach = found
-                try:
-                    os.kill(self.sandbox_pid, signal.SIGKILL)  # bubblewrap's init dies with it: the whole namespace
-                except ProcessLookupError:
-                    pass
+                self.trip(*found)
                 return
 
-    def _read_namespace(self) -> str | None:
+    def _read_inner(self) -> int | None:
         """bubblewrap's --info-fd JSON names the sandbox's first process; its PID namespace is the episode."""
         if self.info_fd is None:
             return None
@@ -67,12 +101,12 @@ class Watchdog:
                 data += chunk
                 if b"}" in data:
                     break
-            child = json.loads(data.decode())["child-pid"]
-            return os.readlink(f"/proc/{child}/ns/pid")
+            return int(json.loads(data.decode())["child-pid"])
         except (OSError, ValueError, KeyError):
             return None
         finally:
             os.close(self.info_fd)
+            self.info_fd = None
 
     def processes(self) -> list[int]:
         if self.cgroup is not None:

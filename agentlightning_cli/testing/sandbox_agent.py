@@ -3,7 +3,10 @@ what it can reach; writes everything it saw to report.json in its workspace.
 
 Standard library only (it runs with the bare interpreter inside the sandbox). Configured by one JSON argument:
   {"base_url": ..., "api_key": ..., "read": [paths], "write": [paths], "connect": [[host, port]],
-   "resolve": [names], "mode": "probe" | "fork_bomb" | "memory_hog" | "sleep_with_daemon" | "big_file"}
+   "resolve": [names], "mode": "probe" | "fork_bomb" | "memory_hog" | "sleep_with_daemon" | "big_file"
+            | "big_file_tool" | "flush_on_term", "bytes": N}
+big_file_tool writes `bytes` bytes through a shell command (as a harness's tool would) and then waits;
+flush_on_term waits, and on SIGTERM takes half a second to write flushed.json (a harness saving its trajectory).
 """
 
 import json
@@ -81,6 +84,24 @@ def main():
             os.setsid()
             time.sleep(3600)
             os._exit(0)
+        time.sleep(3600)
+    elif mode == "big_file_tool":
+        import subprocess
+
+        subprocess.run(["sh", "-c", f"head -c {int(cfg['bytes'])} /dev/zero > tool-big.bin"])
+        time.sleep(3600)  # like a harness going on after a failed tool call
+    elif mode == "flush_on_term":
+        import signal
+
+        def flush(signum, _frame):
+            time.sleep(0.5)
+            with open("flushed.json", "w") as f:
+                json.dump({"signal": signum}, f)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, flush)
+        with open("waiting", "w"):
+            pass
         time.sleep(3600)
     elif mode == "big_file":
         with open("big.bin", "wb") as f:
