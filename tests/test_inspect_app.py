@@ -148,9 +148,13 @@ async def test_episode_list_read_while_the_app_starts_is_what_it_shows(demo):
 
     from agentlightning_cli.commands.inspect import _episode_summaries
 
-    with ThreadPoolExecutor(1) as pool:
-        app = InspectApp(demo.run_dir, preload=pool.submit(_episode_summaries, demo.run_dir))
+    with ThreadPoolExecutor(1) as pool:  # the first screen only (5 here), as `alight inspect` reads it
+        first = pool.submit(_episode_summaries, demo.run_dir, 5)
+        assert [s.episode.id for s in first.result()] == demo.episodes[:5]
+        app = InspectApp(demo.run_dir, preload=first)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
-            assert app.screen.preloaded is None  # used once, for the first paint
-            assert [app.screen.table.get_row_at(i)[0] for i in range(12)] == demo.episodes
+            assert app.screen.preloaded is None  # used once, for the first paint; then the whole list
+            assert [app.screen.table.get_row_at(i)[0] for i in range(app.screen.table.row_count)] == demo.episodes
+            assert "12 of 12 episodes" in app.screen.sub_title and "reading" not in app.screen.sub_title
+            assert "reward per round" in screen_text(app.screen)

@@ -51,7 +51,8 @@ class EpisodesScreen(Screen[None]):
     def __init__(self, source: RunSource, summaries: list[EpisodeSummary] | None = None):
         super().__init__()
         self.source = source
-        self.preloaded = summaries  # read while the app started; used for the first paint only
+        self.preloaded = summaries  # read while the app started (maybe the first screen only): the first paint
+        self._partial = summaries is not None  # until the whole list has been read
         self.summaries: list[EpisodeSummary] = []
         self.query_text = ""
         self.sort_column = 0
@@ -71,10 +72,11 @@ class EpisodesScreen(Screen[None]):
         return self.query_one("#episodes", PagedTable)
 
     def on_mount(self) -> None:
-        # The table first; the per-round stats (a pass over every episode) right after the first paint.
+        # The table first; the whole list (when the first paint had only its first screen) and the per-round
+        # stats (a pass over every episode) right after the first paint.
         self.reload(stats=False)
         self.table.focus()
-        self.call_after_refresh(self._show_summary)
+        self.call_after_refresh(self.reload if self._partial else self._show_summary)
         self.set_interval(self.app.REFRESH_S, self.poll)
 
     def poll(self) -> None:
@@ -86,7 +88,10 @@ class EpisodesScreen(Screen[None]):
         self._version = self.source.store.data_version()
         for cached in ("runs", "_names"):  # the run's status may have changed too
             self.source.__dict__.pop(cached, None)
-        self.summaries, self.preloaded = self.preloaded or self.source.store.episode_summaries(), None
+        if self.preloaded is not None:
+            self.summaries, self.preloaded = self.preloaded, None
+        else:
+            self.summaries, self._partial = self.source.store.episode_summaries(), False
         if stats:
             self._show_summary()
         current = self.table.current() if self.table.items else None
@@ -127,7 +132,8 @@ class EpisodesScreen(Screen[None]):
         header, _ = COLUMNS[self.sort_column]
         self.sub_title = (f"{len(items)} of {len(self.summaries)} episodes · sorted by {header}"
                           f"{' (descending)' if self.descending else ''}"
-                          + (f" · filter: {self.query_text}" if self.query_text else ""))
+                          + (f" · filter: {self.query_text}" if self.query_text else "")
+                          + (" · reading the rest…" if self._partial else ""))
         self.query_one(StatusLine).say(self.sub_title)
 
     def on_paged_table_row_selected(self, event: PagedTable.RowSelected) -> None:

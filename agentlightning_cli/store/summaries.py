@@ -77,26 +77,29 @@ class SummaryReads:
     def _conn(self) -> sqlite3.Connection:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
-    def episode_summaries(self, run_id: str | None = None, round_id: str | None = None) -> list[EpisodeSummary]:
-        """Episodes (ordered by id, i.e. creation) with their call counts and token totals, in one query."""
+    def episode_summaries(self, run_id: str | None = None, round_id: str | None = None,
+                          limit: int | None = None) -> list[EpisodeSummary]:
+        """Episodes (ordered by id, i.e. creation) with their call counts and token totals, in one query;
+        `limit`: only the first ones (a browser's first screen)."""
         where, args = [], []
         if run_id is not None:
             where, args = [*where, "e.run_id = ?"], [*args, run_id]
         if round_id is not None:
             where, args = [*where, "e.round_id = ?"], [*args, round_id]
-        return self._episode_summaries(where, args)
+        return self._episode_summaries(where, args, limit)
 
     def episode_summaries_by_id(self, episode_ids: list[str]) -> list[EpisodeSummary]:
         """The summaries of these episodes (unknown ids are left out), ordered by id."""
         marks = ", ".join("?" * len(episode_ids))
         return self._episode_summaries([f"e.id IN ({marks})"], [codec.text_in(i) for i in episode_ids])
 
-    def _episode_summaries(self, where: list[str], args: list) -> list[EpisodeSummary]:
+    def _episode_summaries(self, where: list[str], args: list, limit: int | None = None) -> list[EpisodeSummary]:
         # One query: each episode, its round's idx and its row of episode_call_stats. Plain tuples, not
         # sqlite3.Row: ~3x cheaper per row.
         sql = (f"SELECT {_EPISODE_COLUMNS}, r.idx, {_CALL_STATS} FROM episodes e"
                " LEFT JOIN rounds r ON r.id = e.round_id LEFT JOIN episode_call_stats s ON s.episode_id = e.id"
-               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY e.id")
+               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY e.id"
+               f"{'' if limit is None else f' LIMIT {int(limit)}'}")
         cur = self._conn().cursor()
         cur.row_factory = None
         return [_summary(row) for row in cur.execute(sql, args)]
