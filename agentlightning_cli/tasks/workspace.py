@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.choice import task_shell_spec
+from agentlightning_cli.tasks.base_files import base_versions, git_env
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import run_shell
 from agentlightning_cli.tasks.swebench import test_patch_paths
@@ -84,23 +85,19 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
     if task.swebench is None:
         return
     # Like SWE-bench's own harness: the test files go back to the base commit first, so an agent that edited
-    # or deleted them can neither break the patch nor weaken the tests.
-    # The repository's .git is the agent's too: its config could name hooks, an fsmonitor or smudge filters that
-    # `git checkout` would run here, on the host. So the base version is read as a plain blob (no filters) and
-    # written by us, and every git call here turns hooks and fsmonitor off.
-    for rel in test_patch_paths(task.swebench.test_patch):
-        base = subprocess.run(
-            ["git", *UNTRUSTED_REPO, "cat-file", "blob", f"{task.base_commit or 'HEAD'}:{rel}"], cwd=workspace,
-            capture_output=True, check=False, env=_git_env(),
-        )
+    # or deleted them can neither break the patch nor weaken the tests. The base versions come from a source
+    # the agent never had (base_files.py): the workspace's .git is the agent's, refs, replace objects and
+    # object files included. They are written by us, as plain files (no checkout, no filters).
+    paths = test_patch_paths(task.swebench.test_patch)
+    for rel, content in base_versions(task, workspace, paths).items():
         target = workspace / rel
         _real_dir(workspace, Path(rel).parent)
         if target.is_symlink() or target.is_file():
             target.unlink()
         elif target.exists():
             shutil.rmtree(target)
-        if base.returncode == 0:
-            target.write_bytes(base.stdout)
+        if content is not None:
+            target.write_bytes(content)
     with tempfile.TemporaryDirectory(prefix="alight-apply-") as clean:
         patch = Path(clean) / "test.patch"
         patch.write_text(task.swebench.test_patch, encoding="utf-8")
@@ -110,7 +107,7 @@ def reveal_hidden_files(task: Task, workspace: Path) -> None:
         proc = subprocess.run(
             ["git", *UNTRUSTED_REPO, "--git-dir", str(Path(clean) / "git"), "--work-tree", str(workspace),
              "apply", "--whitespace=nowarn", str(patch)],
-            cwd=workspace, capture_output=True, text=True, env=_git_env(),
+            cwd=workspace, capture_output=True, text=True, env=git_env(),
         )
     if proc.returncode != 0:
         raise AlightError(f"task {task.id}: test_patch does not apply in {workspace}: {proc.stderr.strip()[-1500:]}")
