@@ -1,8 +1,9 @@
 """What the sandbox costs: start-up per episode, and the proxy round trip through the in-sandbox forwarder.
 
 start-up      Popen -> exit of `true`, median of --starts runs, for: the host (process group only), bubblewrap
-              with every namespace and mount, and the full episode sandbox (cgroup, forwarder bound to the
-              proxy's Unix socket, watchdog, clean-up). Added = sandbox minus host.
+              with every namespace and mount, the forwarder's interpreter alone, and the full episode sandbox
+              (cgroup joined while bwrap waits, the forwarder as PID 1 handing its listener over, watchdog,
+              clean-up), also by phase. Added = sandbox minus host.
 round trip    sequential chat requests (keep-alive, ~1 KB body) to the real proxy in front of the scripted
               upstream. Default path: the same client inside a real sandbox, whose loopback listener the proxy
               accepts on directly (listener handed over), against the client on the host going straight to
@@ -86,9 +87,11 @@ def startup(n: int) -> dict:
     from agentlightning_cli.sandbox.bwrap import forwarder_python
 
     python = forwarder_python()[0]
-    arms: dict[str, list[float]] = {"host": [], "bwrap": [], "forwarder's interpreter start (host)": [],
-                                    "episode sandbox": []}
-    bwrap_spec = SandboxSpec(writable=[work])
+    arms: dict[str, list[float]] = {"host": [], "bwrap alone (namespaces, mounts)": [],
+                                    "forwarder's interpreter start (host)": [], "episode sandbox": []}
+    phases: dict[str, list[float]] = {"Sandbox()": [], "command + Popen": [], "wait": [], "close": []}
+    full = command(SandboxSpec(writable=[work]), ["true"], work, "bwrap")
+    bare = full[:full.index(python)] + ["true"]  # the same bwrap line without the forwarder in front of `true`
     for _ in range(n):
         t = time.perf_counter()
         subprocess.run([python, "-I", "-S", "-c", "pass"], start_new_session=True, check=True)
@@ -97,18 +100,26 @@ def startup(n: int) -> dict:
         subprocess.run(["true"], start_new_session=True, check=True)
         arms["host"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        subprocess.run(command(bwrap_spec, ["true"], work, "bwrap"), start_new_session=True, check=True)
-        arms["bwrap"].append(time.perf_counter() - t)
-        t = time.perf_counter()
+        subprocess.run(bare, start_new_session=True, check=True)
+        arms["bwrap alone (namespaces, mounts)"].append(time.perf_counter() - t)
+        t0 = time.perf_counter()
         box = Sandbox(SandboxSpec(writable=[work], proxy_listeners=sock, proxy_port=8765))  # the default path
+        t1 = time.perf_counter()
         proc = subprocess.Popen(box.command(["true"], work), start_new_session=True, **box.popen_kwargs())
         box.started(proc.pid)
+        t2 = time.perf_counter()
         proc.wait()
+        t3 = time.perf_counter()
         box.close()
-        arms["episode sandbox"].append(time.perf_counter() - t)
+        t4 = time.perf_counter()
+        arms["episode sandbox"].append(t4 - t0)
+        for name, value in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            phases[name].append(value)
     listener.close()
     out = {k: round(statistics.median(v) * 1000, 2) for k, v in arms.items()}
-    return {"median_ms": out, "added_ms": round(out["episode sandbox"] - out["host"], 2), "runs": n}
+    return {"median_ms": out, "added_ms": round(out["episode sandbox"] - out["host"], 2), "runs": n,
+            "phases_median_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in phases.items()},
+            "kernel_cgroup": box.cgroup is not None}
 
 
 async def round_trip(calls: int, rounds: int) -> dict:
@@ -118,7 +129,7 @@ async def round_trip(calls: int, rounds: int) -> dict:
 
     from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
     from agentlightning_cli.sandbox import Sandbox, SandboxSpec
-    from agentlightning_cli.sandbox.bwrap import FORWARDER, forwarder_python
+    from agentlightning_cli.sandbox.bwrap import compiled_forwarder, forwarder_python
     from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
     work = Path(tempfile.mkdtemp(prefix="alight-bench-"))
@@ -133,8 +144,9 @@ async def round_trip(calls: int, rounds: int) -> dict:
     probe.bind(("127.0.0.1", 0))
     fport = probe.getsockname()[1]
     probe.close()
-    fwd = await asyncio.create_subprocess_exec(python, "-I", "-S", str(FORWARDER), env.proxy.unix_path, str(fport),
-                                               "--", "sleep", "100000", start_new_session=True)
+    fwd = await asyncio.create_subprocess_exec(python, "-I", "-S", str(compiled_forwarder()), "relay",
+                                               env.proxy.unix_path, str(fport), "-", "--", "sleep", "100000",
+                                               start_new_session=True)
     await asyncio.sleep(0.5)
     direct, forwarded, cpu_ms, boxed, direct_alone = [], [], [], [], []
     for _ in range(rounds):
@@ -181,6 +193,7 @@ def main() -> None:
     print(f"{'start-up (median of ' + str(a.starts) + ')':<44} {'ms':>8}")
     for k, v in start["median_ms"].items():
         print(f"  {k:<42} {v:>8.2f}")
+    print("  episode sandbox by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in start["phases_median_ms"].items()))
     print(f"  {'added by the episode sandbox':<42} {start['added_ms']:>8.2f}   (target <= 50)")
     print(f"{'proxy round trip (median per call)':<44} {'ms':>8}")
     for k, v in trip["median_ms_per_call"].items():

@@ -193,7 +193,18 @@ async def test_limits_are_set_inside_and_nothing_runs_in_front_of_bubblewrap(tmp
     assert limits["Max cpu time"] == ["77", "82"]
     assert limits["Max file size"] == [str(3 * 1024 * 1024)] * 2
     assert limits["Max core file size"] == ["0", "0"]
+    assert limits["Max data size"] == [str(2 * 4096 * 1024 * 1024)] * 2  # twice the episode's memory
     assert (ws / "pid.txt").read_text().strip() == "2"  # the forwarder is PID 1, the command its child
+
+
+async def test_one_process_cannot_commit_past_twice_the_memory_limit_between_two_looks_of_the_watchdog(
+        tmp_path: Path) -> None:
+    """1 GB allocated and never touched: no resident memory for the watchdog to see, refused by RLIMIT_DATA."""
+    ws, ep = episode_dirs(tmp_path, "commit")
+    box = Sandbox(SandboxSpec(writable=[ws, ep], read_only=[PYTHON_PREFIX], limits=EpisodeLimits(memory_mb=300)))
+    code = await run_boxed(box, [PYTHON, "-I", "-c", "import sys\ntry:\n    bytearray(1 << 30)\nexcept MemoryError:\n"
+                                 "    sys.exit(7)"], ws)
+    assert code == 7 and box.limit is None
 
 
 def test_without_bubblewrap_the_error_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

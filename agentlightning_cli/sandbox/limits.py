@@ -3,9 +3,10 @@
 Two layers, because neither alone is enough:
 - rlimits are exact but per process: RLIMIT_CPU and RLIMIT_FSIZE stop one runaway command (SIGXCPU / SIGXFSZ).
   RLIMIT_NPROC is not used: the kernel exempts root (who runs alight in containers) even inside a user
-  namespace, and on kernels before 5.14 it counts every process the user has on the machine. RLIMIT_AS and
-  RLIMIT_DATA are not used either: Node/V8 (Codex's and Claude Code's launchers) and the JVM reserve many GB of
-  address space they never touch, so an address-space cap near the memory limit breaks the harnesses.
+  namespace, and on kernels before 5.14 it counts every process the user has on the machine. RLIMIT_AS is not
+  used either: Node/V8 (Claude Code, Codex's launcher) reserves many GB of address space it never touches
+  (WebAssembly memories fail under a 4 GB cap). RLIMIT_DATA (committed writable memory per process) at twice
+  the episode's memory is the backstop between two looks of the watchdog.
 - the watchdog (watchdog.py) sums every process of the episode: CPU seconds, resident memory, process count;
   past a limit it kills the whole sandbox and names the limit.
 A pids cgroup, where the machine lets us create one, makes the process limit a hard kernel limit too, so a fork
@@ -28,10 +29,15 @@ MB = 1024 * 1024
 def rlimits(limits: EpisodeLimits) -> list[tuple[int, int, int]]:
     """(resource, soft, hard) for the sandbox's first process; everything it starts inherits them."""
     cpu = max(1, int(limits.cpu_s))
+    data = 2 * limits.memory_mb * MB
     return [
         (resource.RLIMIT_CPU, cpu, cpu + 5),  # SIGXCPU at soft, SIGKILL at hard: one process's share
         (resource.RLIMIT_FSIZE, limits.file_size_mb * MB, limits.file_size_mb * MB),
         (resource.RLIMIT_CORE, 0, 0),  # a crashed tool must not write a core dump of the harness's memory
+        # A backstop for the polled memory limit: one process cannot commit (allocate writable memory, touched
+        # or not) past twice the episode's memory, even between two looks of the watchdog. Thread stacks count
+        # (8 MB each), reserved-but-inaccessible address space (V8's cage, WebAssembly) does not.
+        (resource.RLIMIT_DATA, data, data),
     ]
 
 
