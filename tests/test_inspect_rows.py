@@ -17,7 +17,7 @@ from agentlightning_cli.inspect.call_view import CallScreen
 from agentlightning_cli.inspect.episode_view import EpisodeScreen
 from agentlightning_cli.inspect.paged_table import MEASURE, PagedTable
 from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, stored_episode_rows
-from agentlightning_cli.inspect.tokens import completion_token_texts
+from agentlightning_cli.inspect.tokens import completion_token_texts, run_tokenizer_file
 from agentlightning_cli.store import Store
 from agentlightning_cli.testing.call_bodies import Step, conversation
 from agentlightning_cli.testing.inspect_store import build_demo_run, token_text
@@ -139,3 +139,41 @@ async def test_long_table_draws_only_what_is_on_screen():
         await pilot.press("up", "enter")
         await pilot.pause()
         assert table.get_row_at(4998) == ["item-04998", "10"]
+
+
+def _word_tokenizer(folder: Path) -> Path:
+    """A real tokenizer.json (the `tokenizers` library's WordLevel model) whose ids cover the demo's ids."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    folder.mkdir(parents=True)
+    Tokenizer(WordLevel({f"w{i}": i for i in range(32000)}, unk_token="w0")).save(str(folder / "tokenizer.json"))
+    return folder
+
+
+async def test_d_decodes_a_streamed_calls_ids_with_the_runs_local_tokenizer(tmp_path: Path):
+    from tests.test_inspect_app import screen_text
+
+    model = _word_tokenizer(tmp_path / "model")
+    run_dir = tmp_path / "runs" / "r"
+    with Store.open(run_dir) as store:
+        run = store.create_run("r", {"command": "run", "settings": {"serve": {"model": str(model)}}})
+        ep = store.create_episode(run.id, None, "t", 0, "mini-swe-agent", "k")
+        streamed = store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", [Step(text="Done.", stream=True)]))[0]
+    assert completion_token_texts(streamed) is None
+    assert run_tokenizer_file({"serve": {"model": str(tmp_path / "elsewhere")}}) is None  # never downloaded
+    assert run_tokenizer_file(None) is None
+    app = InspectApp(run_dir)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.push_screen(CallScreen(app.source, streamed.id))
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.pause()
+        assert "no token text stored for this call" in screen_text(app.screen)
+        await pilot.press("d")
+        await pilot.pause()
+        text = screen_text(app.screen)
+        first = streamed.completion_token_ids[0]
+        assert f"decoded by the run's tokenizer ({model / 'tokenizer.json'})" in text
+        assert f"    0  {first:>8}  {streamed.completion_logprobs[0]:9.5f}  \"w{first}\"" in text

@@ -24,7 +24,8 @@ Episodes       enter open the episode · / filter (status:failed outcome:timeout
                harness:NAME reward>0.5 reward:none, other words search id/task/error) · escape clear the filter
                s sort by the next column · S reverse the order · ctrl+r re-read now
 Episode        enter open the call · t training rows (token-prefix merge) on/off
-Call           l per-token logprobs on/off · w raw bodies on/off · e expand long messages
+Call           l per-token logprobs on/off · d decode their ids with the run's tokenizer (when no text was
+               stored) · w raw bodies on/off · e expand long messages
 Tables         ↑ ↓ page-up page-down home end; more rows load as the cursor nears the end
 """
 

@@ -1,6 +1,7 @@
 """One call: the conversation the client sent (system/user/assistant/tool turns, tool calls and results), the
 reply, finish reason, tokens, timings, the adapter that served it and what translation dropped. Per-token
-logprobs (`l`) and the raw bodies (`w`) on demand.
+logprobs (`l`; `d` decodes their ids with the run's own tokenizer when vLLM's token text was not stored) and the
+raw bodies (`w`) on demand.
 
 Long messages render lazily: each turn shows its first 2,000 characters until `e` expands them, so a 100 kB+
 prompt does not stall the screen; the logprob table is built only when asked for.
@@ -9,6 +10,7 @@ prompt does not stall the screen; the logprob table is built only when asked for
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -49,8 +51,9 @@ class Scrolling(VerticalScroll):
 
 class CallScreen(Screen[None]):
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("l", "logprobs", "logprobs"),
-                Binding("w", "raw", "raw bodies"), Binding("e", "expand", "expand")]
-    DEFAULT_CSS = "#head { height: auto; padding: 0 1; border-bottom: solid $primary; } .turn { padding: 0 1 1 1; } #extra { padding: 0 1; }"
+                Binding("w", "raw", "raw bodies"), Binding("e", "expand", "expand"),
+                Binding("d", "decode", "decode ids")]
+    DEFAULT_CSS = "#head { height: auto; padding: 0 1; border-bottom: solid $primary; } .turn { padding: 0 1 1 1; } .extra { padding: 0 1; }"
 
     def __init__(self, source: RunSource, call_id: str):
         super().__init__()
@@ -59,11 +62,13 @@ class CallScreen(Screen[None]):
         self.expanded = False
         self.showing: str | None = None  # None | "logprobs" | "raw"
         self.detail: dict[str, Any] = {}
+        self.decoded: list[str] | None = None  # token texts from the run's tokenizer, after `d`
+        self.decoded_from: Path | None = None
 
     def compose(self):
         yield Static(id="head")
         yield Scrolling(id="body")
-        yield StatusLine("l logprobs · w raw · e expand · esc back · ? keys · q quit")
+        yield StatusLine("l logprobs · d decode ids · w raw · e expand · esc back · ? keys · q quit")
 
     def on_mount(self) -> None:
         store = self.source.store
@@ -96,9 +101,9 @@ class CallScreen(Screen[None]):
         widgets.append(Static(Text("═══ reply", style="bold"), classes="turn"))
         widgets += [turn_widget(t, self.expanded) for t in c["reply"]] or [Static("(no reply)", classes="turn")]
         if self.showing == "logprobs":
-            widgets.append(Static(self._logprobs(), id="extra"))
+            widgets.append(Static(self._logprobs(), classes="extra"))
         elif self.showing == "raw":
-            widgets.append(Static(self._raw(), id="extra"))
+            widgets.append(Static(self._raw(), classes="extra"))
         body.mount_all(widgets)
 
     def _logprobs(self) -> Text:
@@ -108,7 +113,11 @@ class CallScreen(Screen[None]):
             return Text("no completion token ids recorded for this call", style="dim")
         texts = raw.get("completion_token_texts")
         where = ("token text as vLLM reported it" if texts is not None else
-                 "no token text stored for this call (a streamed answer keeps ids only)")
+                 f"token text decoded by the run's tokenizer ({self.decoded_from}), not vLLM's own strings"
+                 if self.decoded is not None else
+                 "no token text stored for this call (a streamed answer keeps ids only; d decodes with the"
+                 " run's tokenizer)")
+        texts = texts if texts is not None else self.decoded
         lines = [Text(f"per-token logprobs: {len(ids)} sampled tokens (index  token id  logprob  text) — {where}",
                       style="bold")]
         texts = texts or [None] * len(ids)
@@ -139,6 +148,30 @@ class CallScreen(Screen[None]):
 
     def action_raw(self) -> None:
         self._toggle("raw")
+
+    def action_decode(self) -> None:
+        """Decode the sampled ids with the run's own tokenizer (loaded now, once per app) when no text was stored."""
+        from agentlightning_cli.inspect.tokens import LazyDecoder, run_tokenizer_file
+
+        raw = self.detail.get("raw") or {}
+        if raw.get("completion_token_texts") is not None or not raw.get("completion_token_ids"):
+            self.notify("this call's token text is already shown" if raw.get("completion_token_ids")
+                        else "no sampled token ids recorded for this call")
+            return
+        run = self.source.run
+        path = run_tokenizer_file(run.config if run else None)
+        if path is None:
+            self.notify("the run's model tokenizer is not on this machine (serve.model of the run's settings)",
+                        severity="warning")
+            return
+        try:
+            self.decoded, self.decoded_from = LazyDecoder.for_file(path).texts(raw["completion_token_ids"]), path
+        except (RuntimeError, OSError, ValueError, TypeError) as exc:
+            self.notify(f"cannot decode with {path}: {exc}", severity="error")
+            return
+        self.showing = "logprobs"
+        self.render_body()
+        self.query_one("#body", Scrolling).scroll_end(animate=False)
 
     def action_expand(self) -> None:
         self.expanded = not self.expanded

@@ -1,12 +1,14 @@
 """The text of a call's sampled tokens, where the store has it: vLLM reports each sampled token's string beside its
 logprob (`choices[0].logprobs.content[i].token`), and the proxy keeps vLLM's whole answer for non-streamed calls
 (`upstream_response`). A streamed call keeps only ids unless the client itself asked for logprobs (then they are in
-the stream it saw). No tokenizer is loaded: where the text was not stored, views show ids.
+the stream it saw). Where the text was not stored, views show ids; on request (`d` in the call view) they are
+decoded with the run's own tokenizer when its tokenizer.json is on this machine, loaded then and only then.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.inspect.conversation import _events
@@ -38,3 +40,48 @@ def completion_token_texts(call: Call) -> list[str] | None:
     except (ValueError, AttributeError, TypeError):
         return None
     return texts if len(texts) == len(ids) else None
+
+
+def run_tokenizer_file(run_config: dict[str, Any] | None) -> Path | None:
+    """The tokenizer.json of the model the run served, when it is on this machine: `serve.model` of the run's
+    settings snapshot (`alight run` keeps it under "settings", `alight serve` at the top), else the embedded tiny
+    model under the run's ALIGHT_HOME. None when neither is here: nothing is downloaded."""
+    config = run_config or {}
+    for layer in (config.get("settings") or {}, config):
+        served = (layer.get("serve") or {}).get("model")
+        home = layer.get("home")
+        if served:
+            path = Path(served) / "tokenizer.json"
+            return path if path.is_file() else None
+        if home:
+            from agentlightning_cli.serve.tiny_model import tiny_model_dir
+
+            path = tiny_model_dir(Path(home)) / "tokenizer.json"
+            return path if path.is_file() else None
+    return None
+
+
+class LazyDecoder:
+    """Token ids -> text with the run's own tokenizer, loaded on first use only (the `tokenizers` library reads
+    tokenizer.json in a fraction of a second; transformers is not imported). Each id is decoded alone, special
+    tokens kept: a byte-level piece that is only part of a character shows as U+FFFD."""
+
+    _loaded: dict[Path, LazyDecoder] = {}  # one per tokenizer file for the process: loaded once
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._tokenizer: Any = None
+
+    @classmethod
+    def for_file(cls, path: Path) -> LazyDecoder:
+        return cls._loaded.setdefault(path, cls(path))
+
+    def texts(self, ids: list[int]) -> list[str]:
+        if self._tokenizer is None:
+            try:
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise RuntimeError("decoding needs the `tokenizers` package (the `train` extra installs it)") from exc
+            self._tokenizer = Tokenizer.from_file(str(self.path))
+        tok = self._tokenizer
+        return [tok.decode([i], skip_special_tokens=False) for i in ids]
