@@ -14,7 +14,7 @@ import pytest
 
 from agentlightning_cli.inspect.app import InspectApp
 from agentlightning_cli.inspect.call_view import CallScreen
-from agentlightning_cli.inspect.episode_view import EpisodeScreen
+from agentlightning_cli.inspect.episode_view import PREFETCH_AFTER_S, EpisodeScreen
 from agentlightning_cli.inspect.paged_table import MEASURE, PagedTable
 from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, stored_episode_rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, run_tokenizer_file
@@ -94,9 +94,12 @@ async def test_app_shows_break_detail_and_token_text(demo):
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         app.push_screen(EpisodeScreen(app.source, demo.reply_break_episode))
-        await pilot.pause()
+        await pilot.pause(PREFETCH_AFTER_S + 0.2)  # the rows are read in a thread while the user looks
+        prefetched = app.screen._prefetched
+        assert prefetched is not None and [r.calls for r in prefetched.result(timeout=30).rows] == [[0, 1], [2], [3]]
         await pilot.press("t")
         await pilot.pause()
+        assert app.screen._prefetched is None  # used
         text = screen_text(app.screen)
         assert "in call 1's reply (sampled token 2 of 12)" in text and "trainer's label: retokenised" in text
         with Store.open(demo.run_dir) as store:

@@ -4,6 +4,8 @@ on `t` the training rows its calls make by token-prefix merge (where and why a n
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 from rich.text import Text
@@ -21,6 +23,7 @@ from agentlightning_cli.inspect.source import RunSource
 from agentlightning_cli.inspect.text import cell, rows_lines
 from agentlightning_cli.store import CallSummary
 
+PREFETCH_AFTER_S = 0.5  # the rows are read this long after the episode opens: not while its calls are drawn
 COLUMNS = ["seq", "protocol", "status", "stream", "adapter", "prompt", "sampled", "finish", "ttfb s", "dur s", "row",
            "reply"]
 
@@ -47,6 +50,7 @@ class EpisodeScreen(Screen[None]):
         self.calls: list[CallSummary] = []
         self._version: int | None = None
         self._detailed = False  # the trainer's rows (row_breaks.py) replaced the quick ones
+        self._prefetched: Future | None = None  # those rows, read in a thread after the first paint
 
     def compose(self):
         yield Static(id="episode")
@@ -102,6 +106,8 @@ class EpisodeScreen(Screen[None]):
         self.query_one("#rows", Static).update(self._rows_text())
         self.sub_title = f"{len(self.calls)} calls · enter opens one · t training rows"
         self.query_one(StatusLine).say(self.sub_title)
+        if not self.loaded:  # once, when the call list has long been drawn: read the rows `t` will show
+            self.set_timer(PREFETCH_AFTER_S, self._prefetch_rows)
         self.loaded = True
 
     def _row(self, c: CallSummary) -> list[Any]:
@@ -110,10 +116,31 @@ class EpisodeScreen(Screen[None]):
                 cell(c.completion_len), cell(c.finish_reason), cell(ttfb), cell(c.ended_at - c.started_at),
                 cell(self._row_of.get(c.seq)), self._previews.get(c.seq, "")]
 
+    def _prefetch_rows(self) -> None:
+        """Read the trainer's rows (every call's token ids: ~0.1 s for 100 calls) in a thread while the user looks
+        at the call list, so `t` shows them at once. The store gives each thread its own connection."""
+        s, future = self._summary, Future()
+
+        def work() -> None:
+            try:
+                future.set_result(stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id,
+                                                      s.round_index))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the rows
+                future.set_exception(exc)
+
+        self._prefetched = future
+        threading.Thread(target=work, name="alight-inspect-rows", daemon=True).start()
+
     def _load_detailed_rows(self) -> None:
-        """The trainer's rows from the episode's token ids (a read of its calls: done when first shown)."""
-        s = self._summary
-        self._rows = stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
+        """The trainer's rows from the episode's token ids: the prefetched ones when the run has not changed since."""
+        s, future = self._summary, self._prefetched
+        self._prefetched = None
+        try:
+            fresh = future is not None and self.source.store.data_version() == self._version
+            rows = future.result() if fresh else None
+        except Exception:  # noqa: BLE001 - read again below, where an error shows as itself
+            rows = None
+        self._rows = rows or stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
         self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
 
     def _rows_text(self) -> Text:
