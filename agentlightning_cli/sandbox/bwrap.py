@@ -32,8 +32,10 @@ sandbox's forwarder hands its loopback listener there (proxy/listener_inbox.py r
 
 SOCKET_INSIDE = "/run/alight/proxy.sock"
 LISTENERS_INSIDE = "/run/alight/listeners.sock"
-FORWARDER_INSIDE = "/run/alight/forwarder.pyc"
+FORWARDER_DIR_INSIDE = "/run/alight/lib"
+FORWARDER_INSIDE = "/run/alight/lib/forwarder.pyc"
 FORWARDER = Path(__file__).with_name("forwarder.py")
+FORWARDER_SOURCES = (FORWARDER, Path(__file__).with_name("relay_inside.py"))
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; scripts/install.sh does it), or run on the host with `--sandbox none`"
 
@@ -102,9 +104,11 @@ def compiled_forwarder() -> Path:
     import py_compile
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="alight-fwd-")  # 0700: nothing else on the host can swap the file
+    folder = tempfile.mkdtemp(prefix="alight-fwd-")  # 0700: nothing else on the host can swap the files
     atexit.register(shutil.rmtree, folder, True)
-    return Path(py_compile.compile(str(FORWARDER), cfile=os.path.join(folder, "forwarder.pyc"), doraise=True))
+    for source in FORWARDER_SOURCES:  # relay mode imports its neighbour, sourceless, from this folder
+        py_compile.compile(str(source), cfile=os.path.join(folder, source.stem + ".pyc"), doraise=True)
+    return Path(folder) / "forwarder.pyc"
 
 
 def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap", info_fd: int | None = None,
@@ -134,7 +138,7 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
         args += ["--ro-bind", str(path), str(path)]
     for path in _outermost(spec.writable):
         args += ["--bind", str(path), str(path)]
-    args += ["--chdir", str(cwd), "--ro-bind", str(compiled_forwarder()), FORWARDER_INSIDE]
+    args += ["--chdir", str(cwd), "--ro-bind", str(compiled_forwarder().parent), FORWARDER_DIR_INSIDE]
     mode, address = "none", "-"
     if spec.network or spec.proxy_port is None:
         pass
