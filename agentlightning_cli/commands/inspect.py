@@ -12,7 +12,6 @@ from typing import Any
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.inspect import shapes, text
-from agentlightning_cli.inspect.row_breaks import stored_episode_rows
 from agentlightning_cli.inspect.source import RunSource, resolve_run_dir, run_dirs, run_summaries
 from agentlightning_cli.store import EpisodeSummary
 
@@ -70,6 +69,8 @@ def _find(ident: str, run: str | None, runs_dir: Path) -> tuple[RunSource, str]:
 
 
 def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
+    from agentlightning_cli.inspect.row_breaks import stored_episode_rows
+
     summary = next(s for s in src.store.episode_summaries_by_id([episode_id]))
     calls = src.store.call_summaries(episode_id)
     out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
-from agentlightning_cli.inspect.tokens import completion_token_texts
 from agentlightning_cli.store import Call, CallSummary, EpisodeSummary, Round, Run
 
 
@@ -73,6 +71,10 @@ def body_json(data: bytes | None) -> str | dict[str, str] | None:
 
 def call_detail_json(summary: CallSummary, call: Call, raw: bool = False) -> dict[str, Any]:
     """`show CALL --json`: the call shape plus the conversation as turns; `raw` adds exact bytes and ids."""
+    # Imported here: `inspect list` needs only the shapes above, and starts ~30 ms sooner without these.
+    from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
+    from agentlightning_cli.inspect.tokens import completion_token_texts
+
     out = call_json(summary)
     out["tools"] = tool_names(call.protocol, call.client_request)
     out["messages"] = [t.to_json() for t in request_turns(call.protocol, call.client_request)]

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from agentlightning_cli.inspect.shapes import episode_duration
-from agentlightning_cli.inspect.stats import sparkline
 from agentlightning_cli.store import EpisodeSummary
 
 _EPISODE_COLUMNS = [("id", "id"), ("round", "round"), ("task", "task_id"), ("att", "attempt"), ("harness", "harness"),
@@ -155,6 +154,8 @@ def call_text(call: dict[str, Any], full: bool = False) -> str:
 
 
 def stats_text(stats: dict[str, Any]) -> str:
+    from agentlightning_cli.inspect.stats import sparkline
+
     rounds = stats["rounds"]
     headers = ["round", "episodes", "reward mean", "± std", "pass@1", "pass@k", "k", "outcomes", "tokens", "loss"]
     rows = []
