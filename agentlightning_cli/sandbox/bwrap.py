@@ -126,11 +126,7 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
         args += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         args += ["--block-fd", str(block_fd)]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+    args += _system_mounts()
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
              "--size", str(spec.limits.file_size_mb * MB), "--tmpfs", "/tmp"]
     python, python_prefix = forwarder_python()
@@ -150,6 +146,18 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
         mode, address = "relay", SOCKET_INSIDE
     port = str(spec.proxy_port) if mode != "none" else "-"
     return [*args, "--", python, "-I", "-S", FORWARDER_INSIDE, mode, address, port, rlimits, "--", *argv]
+
+
+@functools.lru_cache(maxsize=1)
+def _system_mounts() -> tuple[str, ...]:
+    """The system folders, read-only (their links as links): the same for every sandbox of this process."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return tuple(args)
 
 
 def _outermost(paths: list[Path]) -> list[Path]:

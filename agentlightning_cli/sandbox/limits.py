@@ -57,7 +57,9 @@ class PidsCgroup:
     def create(cls, limit: int) -> "PidsCgroup | None":
         """A fresh cgroup with pids.max = limit, or None where the machine does not let us make one."""
         for parent in _candidate_parents():
-            _sweep_stale(parent)
+            if parent not in _swept:  # once per process: a gone process's cgroups do not come back
+                _swept.add(parent)
+                _sweep_stale(parent)
             path = parent / f"alight-{os.getpid()}-{secrets.token_hex(4)}"
             try:
                 path.mkdir()
@@ -108,6 +110,9 @@ class PidsCgroup:
                 if time.monotonic() > deadline:
                     return
                 time.sleep(0.002)
+
+
+_swept: set[Path] = set()
 
 
 def _candidate_parents() -> list[Path]:
