@@ -23,7 +23,8 @@ Runs           enter open the run
 Episodes       enter open the episode · / filter (status:failed outcome:timeout task:ID round:N
                harness:NAME reward>0.5 reward:none, other words search id/task/error) · escape clear the filter
                s sort by the next column · S reverse the order · ctrl+r re-read now
-Episode        enter open the call · t training rows (token-prefix merge) on/off
+Episode        enter open the call · t training rows (token-prefix merge; where and why a prefix broke) on/off
+               · tab moves between the calls and the rows
 Call           l per-token logprobs on/off · d decode their ids with the run's tokenizer (when no text was
                stored) · w raw bodies on/off · e expand long messages
 Tables         ↑ ↓ page-up page-down home end; more rows load as the cursor nears the end

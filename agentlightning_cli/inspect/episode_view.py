@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -41,6 +42,7 @@ class EpisodeScreen(Screen[None]):
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("t", "rows", "training rows"),
                 Binding("ctrl+r", "reload", "re-read")]
     DEFAULT_CSS = "#episode { height: auto; padding: 0 1; } #rows { height: auto; max-height: 50%; padding: 0 1; display: none; } #rows.shown { display: block; }"
+    # The rows scroll in their own box (tab focuses it): an episode of 100 calls may have as many breaks.
 
     def __init__(self, source: RunSource, episode_id: str):
         super().__init__()
@@ -56,7 +58,8 @@ class EpisodeScreen(Screen[None]):
         yield Static(id="episode")
         yield PagedTable(COLUMNS, self._row, key=lambda c: c.id, style=lambda c: None if c.status == "ok" else "red",
                          id="calls")
-        yield Static(id="rows")
+        with VerticalScroll(id="rows"):
+            yield Static(id="rows-text")
         yield StatusLine("enter open a call · t training rows · esc back · ? keys · q quit")
 
     @property
@@ -103,7 +106,7 @@ class EpisodeScreen(Screen[None]):
         self.query_one("#episode", Static).update(Text("\n").join(lines))
         current = self.table.current() if self.table.items else None
         self.table.show_items(self.calls, keep_key=current.id if current else None)
-        self.query_one("#rows", Static).update(self._rows_text())
+        self.query_one("#rows-text", Static).update(self._rows_text())
         self.sub_title = f"{len(self.calls)} calls · enter opens one · t training rows"
         self.query_one(StatusLine).say(self.sub_title)
         if not self.loaded:  # once, when the call list has long been drawn: read the rows `t` will show
@@ -166,11 +169,11 @@ class EpisodeScreen(Screen[None]):
             self.app.push_screen(CallScreen(self.source, chosen.id))
 
     def action_rows(self) -> None:
-        box = self.query_one("#rows", Static)
+        box = self.query_one("#rows", VerticalScroll)
         if not self._detailed:
             self._detailed = True
             self._load_detailed_rows()
-            box.update(self._rows_text())
+            self.query_one("#rows-text", Static).update(self._rows_text())
             current = self.table.current()
             self.table.show_items(self.calls, keep_key=current.id if current else None)  # the row column too
         box.toggle_class("shown")
