@@ -16,7 +16,7 @@ from agentlightning_cli.inspect.app import InspectApp
 from agentlightning_cli.inspect.call_view import CallScreen
 from agentlightning_cli.inspect.episode_view import PREFETCH_AFTER_S, EpisodeScreen
 from agentlightning_cli.inspect.paged_table import MEASURE, PagedTable
-from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, stored_episode_rows
+from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, row_limit, stored_episode_rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, run_tokenizer_file
 from agentlightning_cli.store import Store
 from agentlightning_cli.testing.call_bodies import Step, conversation
@@ -74,6 +74,23 @@ def test_rows_are_the_trainers_rows_with_retries_errors_and_temperature(tmp_path
                             3: "status upstream_error: error calls train nothing"}
     assert rows.rows[-1].calls == [5] and rows.details[rows.rows[-1].index]["where"] == "temperature"
     assert first_difference([1, 2, 3], [1, 2, 4]) == 2 and first_difference(list(range(2000)), list(range(1500))) == 1500
+
+
+def test_the_runs_row_limit_splits_and_drops_rows_as_the_trainer_does(tmp_path: Path):
+    steps = [Step(text="Look.", tool=("bash", {"command": "ls"}), tool_output="a.py " * 40) for _ in range(5)]
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", steps))
+        calls = store.get_calls(ep.id)
+    limit = len(calls[1].prompt_token_ids) + len(calls[1].completion_token_ids) + 5  # two calls fit, not three
+    rows = episode_rows(calls, max_tokens=limit)
+    trainer = build_rows(ep.id, calls, RowContext(max_tokens=limit))
+    by_id = {c.id: c.seq for c in calls}
+    assert [r.calls for r in rows.rows if r.dropped is None] == [[by_id[i] for i in r.call_ids] for r in trainer.rows]
+    assert len(rows.rows) > 1 and rows.details[1]["where"] == "length" and str(limit) in rows.rows[1].break_reason
+    assert all((r.tokens > limit) == (r.dropped is not None) for r in rows.rows) and any(r.dropped for r in rows.rows)
+    assert row_limit({"settings": {"train": {"max_row_tokens": 900}, "serve": {"max_model_len": 4096}}}) == 900
+    assert row_limit({"serve": {"max_model_len": 2048}}) == 2048 and row_limit({"harness": "x"}) is None
 
 
 def test_token_texts_where_stored_and_cli_json(demo, tmp_path: Path):

@@ -82,8 +82,10 @@ def _explain(prev: Call, call: Call, texts: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[str, str] | None = None) -> Rows:
-    """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label."""
+def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[str, str] | None = None,
+                 max_tokens: int | None = None) -> Rows:
+    """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label;
+    `max_tokens`: the run's row limit (train.max_row_tokens, else serve.max_model_len), None when unknown."""
     trainer_breaks = trainer_breaks or {}
     kept = usable_calls(calls, Counter())
     kept_ids = {c.id for c in kept}
@@ -108,6 +110,11 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
                 detail = {"previous_call": prev.seq, "where": "temperature", "trainer_reason": None,
                           "reason": f"call {call.seq} was sampled at temperature {call_temperature(call)}, the row at"
                                     f" {temperature}: one row trains at one temperature"}
+            elif max_tokens is not None and rows[-1].tokens + len(joined[0]) + len(call.completion_token_ids) > max_tokens:
+                joined = None  # the trainer starts afresh rather than grow a row past the limit
+                detail = {"previous_call": prev.seq, "where": "length", "trainer_reason": None,
+                          "reason": f"call {call.seq} would grow the row past {max_tokens} tokens (the run's row"
+                                    " limit): a new row starts"}
         if joined is None:
             row = Row(index=len(rows))
             if detail is not None:
@@ -126,6 +133,9 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
         row.tokens += len(call.completion_token_ids)
         row.sampled += len(call.completion_token_ids)
         prev = call
+    for row in rows:
+        if max_tokens is not None and row.tokens > max_tokens:
+            row.dropped = f"longer than the run's row limit of {max_tokens} tokens: the trainer drops it (never truncates)"
     out = Rows(rows, skipped, merge=merge)
     out.details = details
     return out
@@ -137,7 +147,21 @@ def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round
     trained = store.get_train_round(run_id, round_index) if run_id is not None and round_index is not None else None
     breaks = {b["call_id"]: b["reason"] for b in (trained.detail.get("breaks") or []) if trained is not None
               and b.get("episode_id") == episode_id} if trained is not None else {}
-    return episode_rows(store.get_calls(episode_id), trained.merge_rule if trained else "strict", breaks)
+    run = store.get_run(run_id) if run_id is not None else None
+    return episode_rows(store.get_calls(episode_id), trained.merge_rule if trained else "strict", breaks,
+                        row_limit(run.config if run else None))
+
+
+def row_limit(run_config: dict[str, Any] | None) -> int | None:
+    """The run's train.max_row_tokens, else its serve.max_model_len (what the trainer uses), from the settings
+    snapshot (`alight run` keeps it under "settings", `alight serve` at the top); None when not recorded."""
+    config = run_config or {}
+    for layer in (config.get("settings") or {}, config):
+        train, serve = layer.get("train") or {}, layer.get("serve") or {}
+        limit = train.get("max_row_tokens") or serve.get("max_model_len")
+        if limit:
+            return int(limit)
+    return None
 
 
 class _RowView:

@@ -28,13 +28,14 @@ class Row:
     break_matched: int | None = None  # tokens of the previous call's prompt + completion this prompt keeps
     break_expected: int | None = None  # ... of how many
     merge: str = "strict"  # "splice" once a join in it needed the splice rule
+    dropped: str | None = None  # why the trainer drops the whole row (longer than the run's row limit)
 
     def to_json(self, detail: dict[str, Any] | None = None) -> dict[str, Any]:
         brk = None if self.break_reason is None else {
             "matched": self.break_matched, "expected": self.break_expected, "reason": self.break_reason,
             **(detail or {})}
         return {"object": "row", "index": self.index, "calls": self.calls, "tokens": self.tokens,
-                "sampled": self.sampled, "merge": self.merge, "break": brk}
+                "sampled": self.sampled, "merge": self.merge, "break": brk, "dropped": self.dropped}
 
 
 @dataclass

@@ -115,6 +115,8 @@ def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
         calls = ", ".join(str(s) for s in row["calls"])
         merge = "" if row.get("merge", "strict") == "strict" else f" ({row['merge']} merge)"
         out.append(("", f"  row {row['index']}: calls {calls} — {row['tokens']} tokens, {row['sampled']} sampled{merge}"))
+        if row.get("dropped"):
+            out.append(("red", f"    not trained: {row['dropped']}"))
     for skip in rows["skipped"]:
         out.append(("dim", f"  call {skip['call']} trains nothing: {skip['reason']}"))
     return out
