@@ -252,9 +252,9 @@ def cannot_start(stderr_path: Path) -> str | None:
         return None
     if not first.startswith(CANNOT_START):
         return None
-    what = first[len(CANNOT_START):].strip()
-    return (f"cannot start {what} inside the sandbox (is it installed, and is its folder visible? a recipe adds "
-            "folders with `sandbox.read_only`)")
+    program, _, why = first[len(CANNOT_START):].strip().rpartition(": ")
+    return (f"cannot start {program or why} inside the sandbox: {why if program else 'unknown error'} (is it "
+            "installed, and is its folder visible there? a recipe adds folders with `sandbox.read_only`)")
 
 
 def _tail(path: Path, limit: int = 400) -> str:
