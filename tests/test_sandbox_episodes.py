@@ -163,7 +163,7 @@ async def test_a_stopped_or_cancelled_harness_gets_its_grace_to_flush_inside_the
     async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
         stopped = env.new_episode(recipe, tmp_path / "ws-stop", timeout_s=60)
         cancelled = env.new_episode(recipe, tmp_path / "ws-cancel", timeout_s=60)
-        timed_out = env.new_episode(recipe, tmp_path / "ws-timeout", timeout_s=3)
+        timed_out = env.new_episode(recipe, tmp_path / "ws-timeout", timeout_s=8)  # room to start on a busy machine
         runs = [asyncio.ensure_future(env.run(recipe, inst, s)) for s in (stopped, cancelled, timed_out)]
         for spec in (stopped, cancelled):
             await _until(lambda spec=spec: (spec.workspace / "waiting").exists())
