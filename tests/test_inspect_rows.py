@@ -17,8 +17,8 @@ from agentlightning_cli.inspect.call_view import CallScreen
 from agentlightning_cli.inspect.episode_view import PREFETCH_AFTER_S, EpisodeScreen
 from agentlightning_cli.inspect.paged_table import MEASURE, PagedTable
 from agentlightning_cli.inspect.row_breaks import episode_rows, first_difference, row_limit, stored_episode_rows
-from agentlightning_cli.inspect.tokens import completion_token_texts, run_tokenizer_file
-from agentlightning_cli.store import Store
+from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
+from agentlightning_cli.store import Store, TrainRound
 from agentlightning_cli.testing.call_bodies import Step, conversation
 from agentlightning_cli.testing.inspect_store import build_demo_run, token_text
 from agentlightning_cli.train.rows import RowContext, build_rows
@@ -91,6 +91,41 @@ def test_the_runs_row_limit_splits_and_drops_rows_as_the_trainer_does(tmp_path: 
     assert all((r.tokens > limit) == (r.dropped is not None) for r in rows.rows) and any(r.dropped for r in rows.rows)
     assert row_limit({"settings": {"train": {"max_row_tokens": 900}, "serve": {"max_model_len": 4096}}}) == 900
     assert row_limit({"serve": {"max_model_len": 2048}}) == 2048 and row_limit({"harness": "x"}) is None
+
+
+def test_a_splice_round_joins_at_the_models_end_of_turn_like_the_trainer(tmp_path: Path):
+    import json as json_module
+
+    im_end = 31999
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text(json_module.dumps(
+        {"added_tokens": [{"id": im_end, "content": "<|im_end|>"}], "model": {"type": "WordLevel", "vocab": {}}}))
+    (model / "tokenizer_config.json").write_text(json_module.dumps({"eos_token": "<|im_end|>"}))
+    records = conversation("ep", "openai-chat", "Fix it.", [Step(text="Look.", tool=("bash", {"command": "ls"}),
+                                                                 tool_output="a.py"), Step(text="Done.")])
+    first, second = records
+    first.completion_token_ids = [*first.completion_token_ids[:-1], im_end]  # the reply ends its turn
+    resent = [5, 6, 7, im_end]  # the client resent the reply as other ids, then the tool result
+    second.prompt_token_ids = [*first.prompt_token_ids, *resent, *second.prompt_token_ids[-40:]]
+    with Store.open(tmp_path / "run") as store:
+        run = store.create_run("r", {"settings": {"serve": {"model": str(model)}}})
+        rnd = store.create_round(run.id, 0, "policy-r0", None)
+        ep = store.create_episode(run.id, rnd.id, "t", 0, None, "k")
+        store.add_calls([dataclasses.replace(r, episode_id=ep.id) for r in records])
+        store.put_train_round(TrainRound(run_id=run.id, round_idx=0, rows=1, calls=2, steps=1, seconds=1.0,
+                                         merge_rule="splice", break_reasons={}, dropped={}, adapter_dir=None))
+        rows = stored_episode_rows(store, ep.id, run.id, 0)
+        calls = store.get_calls(ep.id)
+        (model / "tokenizer.json").rename(model / "moved.json")  # the model is not on this machine any more
+        without = stored_episode_rows(store, ep.id, run.id, 0)
+    assert [r.calls for r in without.rows] == [[0], [1]] and "strict rule only" in without.note
+    (model / "moved.json").rename(model / "tokenizer.json")
+    trainer = build_rows(ep.id, calls, RowContext(eot_ids=frozenset({im_end})), merge="splice")
+    assert [r.calls for r in rows.rows] == [[0, 1]] == [[c.seq for c in calls if c.id in r.call_ids] for r in trainer.rows]
+    assert rows.rows[0].merge == "splice" and rows.note is None
+    assert end_of_turn_ids(model / "tokenizer.json") == frozenset({im_end})
+    assert episode_rows(calls, merge="splice").rows[1].break_reason  # without the end-of-turn ids: no splice
 
 
 def test_token_texts_where_stored_and_cli_json(demo, tmp_path: Path):

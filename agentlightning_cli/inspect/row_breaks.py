@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from agentlightning_cli.inspect.rows import Row, Rows
-from agentlightning_cli.inspect.tokens import completion_token_texts
+from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
 from agentlightning_cli.store import Call, Store
 from agentlightning_cli.train.rows import RowContext, _join, call_temperature, usable_calls
 
@@ -83,14 +83,15 @@ def _explain(prev: Call, call: Call, texts: list[str] | None) -> dict[str, Any]:
 
 
 def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[str, str] | None = None,
-                 max_tokens: int | None = None) -> Rows:
+                 max_tokens: int | None = None, eot_ids: frozenset[int] = frozenset()) -> Rows:
     """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label;
-    `max_tokens`: the run's row limit (train.max_row_tokens, else serve.max_model_len), None when unknown."""
+    `max_tokens`: the run's row limit (train.max_row_tokens, else serve.max_model_len), None when unknown;
+    `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids)."""
     trainer_breaks = trainer_breaks or {}
     kept = usable_calls(calls, Counter())
     kept_ids = {c.id for c in kept}
     skipped = {c.seq: _dropped_reason(c, kept_ids, calls) for c in calls if c.id not in kept_ids}
-    ctx = RowContext()
+    ctx = RowContext(eot_ids=eot_ids)
     rows: list[Row] = []
     details: dict[int, dict[str, Any]] = {}
     prev: Call | None = None
@@ -148,8 +149,18 @@ def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round
     breaks = {b["call_id"]: b["reason"] for b in (trained.detail.get("breaks") or []) if trained is not None
               and b.get("episode_id") == episode_id} if trained is not None else {}
     run = store.get_run(run_id) if run_id is not None else None
-    return episode_rows(store.get_calls(episode_id), trained.merge_rule if trained else "strict", breaks,
-                        row_limit(run.config if run else None))
+    merge = trained.merge_rule if trained else "strict"
+    eot: frozenset[int] = frozenset()
+    note = None
+    if merge == "splice":  # needs the model's end-of-turn ids: from its tokenizer files, when on this machine
+        path = run_tokenizer_file(run.config if run else None)
+        eot = end_of_turn_ids(path) if path is not None else frozenset()
+        if not eot:
+            note = ("this round trained with the splice rule, which needs the model's end-of-turn ids; its tokenizer"
+                    " is not on this machine, so rows here join by the strict rule only")
+    rows = episode_rows(store.get_calls(episode_id), merge, breaks, row_limit(run.config if run else None), eot)
+    rows.note = note
+    return rows
 
 
 def row_limit(run_config: dict[str, Any] | None) -> int | None:

@@ -44,9 +44,10 @@ class Rows:
     skipped: dict[int, str]  # seq -> why the call trains nothing
     merge: str = "strict"  # the merge rule the rows were built by
     details: dict[int, dict[str, Any]] = field(default_factory=dict)  # row index -> its break (row_breaks.py)
+    note: str | None = None  # what the view could not reproduce of the trainer's rows, if anything
 
     def to_json(self) -> dict[str, Any]:
-        return {"merge": self.merge, "rows": [r.to_json(self.details.get(r.index)) for r in self.rows],
+        return {"merge": self.merge, "note": self.note, "rows": [r.to_json(self.details.get(r.index)) for r in self.rows],
                 "skipped": [{"call": seq, "reason": why} for seq, why in sorted(self.skipped.items())]}
 
     def row_of(self, seq: int) -> Row | None:

@@ -101,7 +101,7 @@ def _quoted(text: str | None) -> str:
 def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
     """(style, line) for each line of a rows JSON (row_breaks.py): each row's calls, and before a row that broke
     the prefix: where, the ids on both sides (the reply token's text when stored) and the trainer's label."""
-    out = []
+    out = [("yellow", f"  note: {rows['note']}")] if rows.get("note") else []
     for row in rows["rows"]:
         brk = row["break"]
         if brk:
