@@ -132,7 +132,9 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
 def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, float]) -> tuple[str, float | None, str | None, dict]:
     """Reveal the hidden files and run the reward command (both after every process of the episode is gone)."""
     try:
-        reveal_hidden_files(slot.task, workspace)
+        # The source-cache copy of the task (already fetched for its workspace): a SWE-bench reveal reads the
+        # base test files from there, never from the workspace's .git, which the agent had.
+        reveal_hidden_files(ctx.sources.local_task(slot.task), workspace)
     except (AlightError, OSError) as exc:
         why = f"hidden files could not be revealed: {getattr(exc, 'message', exc)}"
         return "reward_error", None, why, {"error": why}
