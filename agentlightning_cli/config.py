@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentlightning_cli.config_paths import project_config_path, user_config_path
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.yaml_files import read_yaml
 
@@ -162,15 +163,6 @@ class Settings(Section):
     """Where episodes, setup and reward commands run: `bwrap` (bubblewrap: only the workspace, the proxy and
     what the harness needs are visible; no network) or `none` (on the host; must be chosen explicitly)."""
     episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
-
-
-def user_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "alight" / "config.yaml"
-
-
-def project_config_path() -> Path:
-    return Path.cwd() / "alight.yaml"
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def resolve_level(flag: str | None = None, verbose: bool = False, environ: dict[
 
 def _from_config_files() -> str | None:
     """`log_level` from alight.yaml / the user config, read only when one exists (keeps start-up cheap)."""
-    from agentlightning_cli.config import project_config_path, user_config_path
+    from agentlightning_cli.config_paths import project_config_path, user_config_path
 
     if not (project_config_path().is_file() or user_config_path().is_file()):
         return None
