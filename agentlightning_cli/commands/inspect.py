@@ -70,12 +70,15 @@ def _find(ident: str, run: str | None, runs_dir: Path) -> tuple[RunSource, str]:
 
 def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
     from agentlightning_cli.inspect.row_breaks import stored_episode_rows
+    from agentlightning_cli.inspect.training import episode_training
 
     summary = next(s for s in src.store.episode_summaries_by_id([episode_id]))
     calls = src.store.call_summaries(episode_id)
     out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))
     out["calls"] = [shapes.call_json(c) for c in calls]
-    out["rows"] = stored_episode_rows(src.store, episode_id, summary.episode.run_id, summary.round_index).to_json()
+    rows = stored_episode_rows(src.store, episode_id, summary.episode.run_id, summary.round_index)
+    out["training"] = episode_training(src.store, episode_id, summary.round_index, rows, calls)
+    out["rows"] = rows.to_json()
     out["calls_with_ids"] = sum(1 for c in calls if c.prompt_len is not None)
     return out
 

@@ -1,5 +1,6 @@
 """One episode: what it was (task, outcome, reward, error), its calls in order with a preview of each reply, and
-on `t` the training rows its calls make by token-prefix merge (where and why a new row starts)."""
+on `t` what the trainer does with it (its advantage, or why it trains nothing: training.py) and the training rows its
+calls make by token-prefix merge (where and why a new row starts)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from agentlightning_cli.inspect.rows import merge_rows
 from agentlightning_cli.inspect.shapes import episode_duration
 from agentlightning_cli.inspect.source import RunSource
 from agentlightning_cli.inspect.text import cell, rows_lines
+from agentlightning_cli.inspect.training import episode_training, training_lines
 from agentlightning_cli.store import CallSummary
 
 PREFETCH_AFTER_S = 0.5  # the rows are read this long after the episode opens: not while its calls are drawn
@@ -145,12 +147,15 @@ class EpisodeScreen(Screen[None]):
             rows = None
         self._rows = rows or stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
         self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
+        # What the trainer does with the episode (one query for its round's episodes): shown above the rows.
+        self._training = episode_training(self.source.store, self.episode_id, s.round_index, self._rows, self.calls)
 
     def _rows_text(self) -> Text:
         if not self._detailed:
             return Text("")
         rows, round_index, run_id = self._rows, self._summary.round_index, self._summary.episode.run_id
-        out = [Text(f"training rows ({rows.merge} token-prefix merge, as the trainer builds them): {len(rows.rows)}"
+        out = [Text(line, style=style) for style, line in training_lines(self._training)]
+        out += [Text(f"training rows ({rows.merge} token-prefix merge, as the trainer builds them): {len(rows.rows)}"
                     f" rows for {sum(len(r.calls) for r in rows.rows)} calls", style="bold")]
         out += [Text(line, style=style) for style, line in rows_lines(rows.to_json())]
         trained = (self.source.store.get_train_round(run_id, round_index)

@@ -81,13 +81,17 @@ def episode_text(ep: dict[str, Any]) -> str:
              f"task {cell(ep['task_id'])}  attempt {ep['attempt']}  harness {cell(ep['harness'])}",
              f"status {ep['status']}  outcome {cell(ep['outcome'])}  reward {cell(ep['reward'])}"
              f"  exit code {cell(ep['exit_code'])}",
-             f"started {when(ep['started_at'])}  duration {cell(ep['duration_s'])} s  calls {ep['calls']}"
+             f"started {when(ep['started_at'])}  duration {cell(ep['duration_s'])} s  calls {len(ep['calls'])}"
              f" ({ep['failed_calls']} failed)  tokens {ep['prompt_tokens']} prompt + {ep['completion_tokens']} sampled"]
     if ep["error"]:
         lines.append(f"error: {ep['error']}")
     if ep["reward_detail"]:
         lines.append(f"reward detail: {json.dumps(ep['reward_detail'])}")
     out = "\n".join(lines) + "\n\n" + calls_table(ep["calls"])
+    if ep.get("training"):
+        from agentlightning_cli.inspect.training import training_lines
+
+        out += "\n" + "".join(line + "\n" for _, line in training_lines(ep["training"]))
     rows = ep["rows"]
     out += f"\ntraining rows ({rows['merge']} token-prefix merge, as the trainer builds them): {len(rows['rows'])}" \
            f" for {ep['calls_with_ids']} calls with token ids\n"
