@@ -53,7 +53,7 @@ def training(run_dir: Path, episode_id: str) -> dict:
     with Store.open(run_dir) as store:
         s = store.episode_summaries_by_id([episode_id])[0]
         rows = stored_episode_rows(store, episode_id, s.episode.run_id, s.round_index)
-        return episode_training(store, episode_id, s.round_index, rows, store.call_summaries(episode_id))
+        return episode_training(store, s, rows, store.call_summaries(episode_id))
 
 
 def test_a_group_with_spread_gets_the_grpo_advantages(tmp_path: Path):

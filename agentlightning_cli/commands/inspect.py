@@ -77,7 +77,7 @@ def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
     out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))
     out["calls"] = [shapes.call_json(c) for c in calls]
     rows = stored_episode_rows(src.store, episode_id, summary.episode.run_id, summary.round_index)
-    out["training"] = episode_training(src.store, episode_id, summary.round_index, rows, calls)
+    out["training"] = episode_training(src.store, summary, rows, calls)
     out["rows"] = rows.to_json()
     out["calls_with_ids"] = sum(1 for c in calls if c.prompt_len is not None)
     return out

@@ -148,7 +148,7 @@ class EpisodeScreen(Screen[None]):
         self._rows = rows or stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
         self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
         # What the trainer does with the episode (one query for its round's episodes): shown above the rows.
-        self._training = episode_training(self.source.store, self.episode_id, s.round_index, self._rows, self.calls)
+        self._training = episode_training(self.source.store, s, self._rows, self.calls)
 
     def _rows_text(self) -> Text:
         if not self._detailed:

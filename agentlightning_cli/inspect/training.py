@@ -4,7 +4,7 @@ Computed with the trainer's own pure functions (train/advantages.py) on the epis
 `trainable_rewards` with the run's train.outcomes and reward.on_error, then `group_advantages` (group = the
 episodes of one task in the round) with train.scale_rewards. The settings come from the run's snapshot
 (`alight run` keeps it under "settings", `alight serve` at the top), a missing one from the defaults. The round's
-episodes are one query (store.list_episodes); no call body is read here.
+episodes are one query (store.episode_summaries); no call body is read here.
 
 Row-level facts come from the episode's rows (row_breaks.py): rows dropped for length train nothing, each kept
 row weighs 1/rows, and the round trains at one sampling temperature (the most common one over its rows: known
@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from agentlightning_cli.inspect.rows import Rows
-from agentlightning_cli.store import CallSummary, Episode, Store
+from agentlightning_cli.store import CallSummary, Episode, EpisodeSummary, Store
 from agentlightning_cli.train import advantages as adv
 from agentlightning_cli.train.rows import call_temperature
 
@@ -43,22 +43,23 @@ def run_training_settings(run_config: dict[str, Any] | None) -> dict[str, Any]:
     return found
 
 
-def episode_training(store: Store, episode_id: str, round_index: int | None, rows: Rows | None = None,
+def episode_training(store: Store, summary: EpisodeSummary, rows: Rows | None = None,
                      calls: list[CallSummary] | None = None) -> dict[str, Any]:
     """The episode's "training" JSON (README: inspect JSON shapes). `rows`/`calls`: its rows and call summaries,
     for the row count, weight and temperature; without them those fields are null."""
-    ep = store.get_episode(episode_id)
+    ep, episode_id, round_index = summary.episode, summary.episode.id, summary.round_index
     out: dict[str, Any] = {"trains": False, "reason": None, "why": None, "reward": None, "advantage": None,
                            "scale": None, "group": None, "batch_std": None, "rows": None, "row_weight": None,
                            "temperature": None, "round": None, "settings": None, "note": None}
-    if ep is None or ep.run_id is None or ep.round_id is None:
+    if ep.run_id is None or ep.round_id is None:
         out.update(reason="no_round", why="not in a run's round: the trainer trains one round of a run at a time")
         return out
     run = store.get_run(ep.run_id)
     settings = run_training_settings(run.config if run else None)
     out["settings"], out["scale"] = settings, settings["scale_rewards"]
     outcomes, on_error, scale = settings["outcomes"], settings["on_error"], settings["scale_rewards"]
-    episodes = store.list_episodes(run_id=ep.run_id, round_id=ep.round_id)  # the one query for the round
+    # The one query for the round (summaries: ~1.6x cheaper per episode than list_episodes; same Episode rows).
+    episodes = [s.episode for s in store.episode_summaries(run_id=ep.run_id, round_id=ep.round_id)]
     ep = next((e for e in episodes if e.id == episode_id), ep)
     try:
         kept, dropped = adv.trainable_rewards(episodes, outcomes, on_error)
