@@ -1,6 +1,7 @@
 """`alight run --harness ./my-agent.yaml`: a recipe without `install` whose command is a Python script agent
 in the user's folder (c): one call to the model, then a file edit -> reward 1.0; its no-op twin -> 0.0; a
-recipe whose program does not exist fails its episodes (no_calls, still scored), not the run."""
+recipe whose program does not exist fails its episodes (harness_error naming the program, still scored), not
+the run."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def _recipe(folder, name: str, edit: bool | None):
 @pytest.mark.parametrize("name, edit, reward, outcome", [
     ("fixer", True, 1.0, "finished"),
     ("idler", False, 0.0, "finished"),
-    ("absent", None, 0.0, "no_calls"),
+    ("absent", None, 0.0, "harness_error"),
 ])
 def test_external_script_agent(tmp_path, name, edit, reward, outcome):
     tasks = rs.calc_task_set(tmp_path, [{"id": "calc", "prompt": "Fix add() in calc.py."}])
@@ -73,6 +74,6 @@ def test_external_script_agent(tmp_path, name, edit, reward, outcome):
             assert len(calls) == (0 if edit is None else 1)
             assert all(c.prompt_token_ids and c.completion_token_ids for c in calls)
             if edit is None:
-                assert "without a single LLM call" in ep.error, ep.error
+                assert "cannot start ./absent.py" in ep.error, ep.error
     finally:
         store.close()
