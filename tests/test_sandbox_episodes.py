@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,29 @@ async def test_a_file_size_hit_in_a_tool_ends_the_episode_at_once_while_another_
     assert outcomes[0].status == "resource_limit" and outcomes[0].reason.startswith("file_size"), outcomes[0]
     assert "SIGXFSZ" in outcomes[0].reason and outcomes[0].wall_s < 15, outcomes[0]
     assert outcomes[1].status == "finished", outcomes[1]
+
+
+async def test_a_file_size_hit_ends_the_episode_at_once_while_alight_itself_is_busy(tmp_path: Path) -> None:
+    # Threads holding the GIL delay the exit-notice thread past the life of the writer's parent shell (it reaps
+    # the writer and exits at once): the hit must still reach the episode, through the shell's own exit notice.
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(2)]
+    for thread in spinners:
+        thread.start()
+    try:
+        async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
+            writer, inst = agent_recipe(tmp_path / "w", mode="big_file_tool", bytes=8 * 1024 * 1024)
+            spec = env.new_episode(writer, tmp_path / "ws", timeout_s=60, limits=EpisodeLimits(file_size_mb=4))
+            outcome = await env.run(writer, inst, spec)
+    finally:
+        stop.set()
+    assert outcome.status == "resource_limit" and "SIGXFSZ" in outcome.reason, outcome
+    assert outcome.wall_s < 30, outcome
 
 
 async def test_a_stopped_or_cancelled_harness_gets_its_grace_to_flush_inside_the_sandbox(tmp_path: Path) -> None:

@@ -12,12 +12,16 @@ the sandbox falls back to its PID 1's view plus the file-at-the-limit check at c
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import struct
 import threading
+import time
 from typing import Callable
+
+log = logging.getLogger(__name__)
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = CN_VAL_PROC = 1
@@ -26,6 +30,7 @@ PROC_EVENT_NONZERO_EXIT = 0x20000000
 PROC_EVENT_EXIT = 0x80000000
 _HEADER = 16 + 20  # nlmsghdr + cn_msg
 LIMIT_SIGNALS = {signal.SIGXFSZ: "file_size", signal.SIGXCPU: "cpu_time"}
+PENDING_S = 10.0  # how long a limit kill waits for its vanished parent's own exit notice
 
 Notify = Callable[[str, str], None]
 """(limit name, breach text), e.g. ("file_size", "file_size: process 41 was killed by SIGXFSZ ...")."""
@@ -34,6 +39,7 @@ Notify = Callable[[str, str], None]
 class ExitListener:
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self._orphaned: dict[int, tuple[str, str, int, float]] = {}  # gone parent -> (limit, signal, pid, when)
         self._watchers: dict[str, Notify] = {}
         self._lock = threading.Lock()
         threading.Thread(target=self._run, name="sandbox-exits", daemon=True).start()
@@ -55,7 +61,10 @@ class ExitListener:
             offset = 0
             while offset + _HEADER + 16 <= len(data):
                 length = struct.unpack_from("I", data, offset)[0]
-                self._event(data, offset + _HEADER)
+                try:
+                    self._event(data, offset + _HEADER)
+                except Exception:  # noqa: BLE001 - one odd notice must not end the listening for every episode
+                    log.exception("sandbox exit notice could not be handled")
                 offset += max(length, _HEADER + 16)
 
     def _event(self, data: bytes, at: int) -> None:
@@ -63,19 +72,32 @@ class ExitListener:
         if what not in (PROC_EVENT_EXIT, PROC_EVENT_NONZERO_EXIT) or len(data) < at + 16 + 24:
             return
         pid, _tgid, code, _sig, _ppid, parent = struct.unpack_from("6I", data, at + 16)
+        now = time.monotonic()
         name = LIMIT_SIGNALS.get(code & 0x7F)  # type: ignore[call-overload]
-        if name is None or not self._watchers:
+        if name is not None:
+            hit = (name, signal.Signals(code & 0x7F).name, pid, now)
+        else:
+            hit = self._orphaned.pop(pid, None)  # a parent we were too late for: its own exit names ITS parent
+            if hit is None:
+                return
+        if not self._watchers:
             return
-        try:  # the dead process is gone; its parent (the shell that ran it, or PID 1) is still in the episode
+        try:  # the dead process is gone; its parent (the shell that ran it, or PID 1) is normally still there
             pid_ns = os.readlink(f"/proc/{parent}/ns/pid")
         except OSError:
+            # The parent exited too, before this thread got to look: a shell that reaped the writer and ended
+            # (exit 128+N, a non-zero exit, so its notice follows this one). Carry the hit up to that notice.
+            if now - hit[3] < PENDING_S:
+                self._orphaned[parent] = hit
+                for old in [p for p, h in self._orphaned.items() if now - h[3] >= PENDING_S]:
+                    del self._orphaned[old]
             return
         with self._lock:
             notify = self._watchers.get(pid_ns)
         if notify is not None:
-            sig = signal.Signals(code & 0x7F).name
+            name, sig, dead, _ = hit
             what_limit = "a file reached the file size limit" if name == "file_size" else "it used up its CPU time"
-            notify(name, f"{name}: process {pid} of the episode was killed by {sig} ({what_limit})")
+            notify(name, f"{name}: process {dead} of the episode was killed by {sig} ({what_limit})")
 
 
 _lock = threading.Lock()
