@@ -148,7 +148,9 @@ async def test_app_shows_break_detail_and_token_text(demo):
         app.push_screen(EpisodeScreen(app.source, demo.reply_break_episode))
         await pilot.pause(PREFETCH_AFTER_S + 0.2)  # the rows are read in a thread while the user looks
         prefetched = app.screen._prefetched
-        assert prefetched is not None and [r.calls for r in prefetched.result(timeout=30).rows] == [[0, 1], [2], [3]]
+        assert prefetched is not None
+        rows, training = prefetched.result(timeout=30)  # the rows and the trainer's verdict, both read off-screen
+        assert [r.calls for r in rows.rows] == [[0, 1], [2], [3]] and "trains" in training
         await pilot.press("t")
         await pilot.pause()
         assert app.screen._prefetched is None  # used

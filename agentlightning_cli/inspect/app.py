@@ -39,6 +39,21 @@ class HelpScreen(ModalScreen[None]):
         yield Static(KEYS, id="keys")
 
 
+WARM_AFTER_S = 1.0
+
+
+def _warm_imports() -> None:
+    """Once the first screen is up: the settings models (~0.3 s of imports) that `t` needs for a run whose
+    snapshot lacks a training setting, imported in a thread instead of when the user presses the key."""
+    import importlib
+    import threading
+
+    def work() -> None:
+        importlib.import_module("agentlightning_cli.config")
+
+    threading.Thread(target=work, name="alight-inspect-warm", daemon=True).start()
+
+
 class InspectApp(App[None]):
     TITLE = "alight inspect"
     BINDINGS = [Binding("q", "quit", "quit"), Binding("question_mark", "help", "keys")]
@@ -60,6 +75,7 @@ class InspectApp(App[None]):
         else:
             self.source = RunSource.open(self.run_dir)
             self.push_screen(EpisodesScreen(self.source, self.preload.result() if self.preload else None))
+        self.set_timer(WARM_AFTER_S, _warm_imports)
 
     def open_run(self, run_dir: Path) -> None:
         from agentlightning_cli.inspect.episodes_view import EpisodesScreen

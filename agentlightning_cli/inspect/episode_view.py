@@ -126,10 +126,13 @@ class EpisodeScreen(Screen[None]):
         at the call list, so `t` shows them at once. The store gives each thread its own connection."""
         s, future = self._summary, Future()
 
+        calls = self.calls
+
         def work() -> None:
             try:
-                future.set_result(stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id,
-                                                      s.round_index))
+                rows = stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
+                # and what the trainer does with the episode: one query for its whole round, off the UI thread too
+                future.set_result((rows, episode_training(self.source.store, s, rows, calls)))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the rows
                 future.set_exception(exc)
 
@@ -142,13 +145,15 @@ class EpisodeScreen(Screen[None]):
         self._prefetched = None
         try:
             fresh = future is not None and self.source.store.data_version() == self._version
-            rows = future.result() if fresh else None
+            ready = future.result() if fresh else None
         except Exception:  # noqa: BLE001 - read again below, where an error shows as itself
-            rows = None
-        self._rows = rows or stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
+            ready = None
+        if ready is None:
+            rows = stored_episode_rows(self.source.store, self.episode_id, s.episode.run_id, s.round_index)
+            # What the trainer does with the episode (one query for its round's episodes): shown above the rows.
+            ready = (rows, episode_training(self.source.store, s, rows, self.calls))
+        self._rows, self._training = ready
         self._row_of = {seq: row.index for row in self._rows.rows for seq in row.calls}
-        # What the trainer does with the episode (one query for its round's episodes): shown above the rows.
-        self._training = episode_training(self.source.store, s, self._rows, self.calls)
 
     def _rows_text(self) -> Text:
         if not self._detailed:
