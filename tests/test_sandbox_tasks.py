@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,25 +10,7 @@ import pytest
 from agentlightning_cli.reward import run_reward
 from agentlightning_cli.tasks import load_tasks, prepare_workspace, reveal_hidden_files
 from agentlightning_cli.tasks.load import check_task_file
-
-
-class Listener:
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.seen = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.seen += 1
-            conn.close()
+from agentlightning_cli.testing.loopback import LoopbackServer
 
 
 def tasks_file(tmp_path: Path, **fields) -> Path:
@@ -42,13 +22,13 @@ def tasks_file(tmp_path: Path, **fields) -> Path:
 
 @pytest.mark.parametrize("network", [False, True])
 def test_setup_gets_the_network_only_when_the_task_says_so(tmp_path: Path, network: bool) -> None:
-    listener = Listener()
+    listener = LoopbackServer()
     probe = f"exec 3<>/dev/tcp/127.0.0.1/{listener.port} && echo reached > reached.txt || true"
     task = load_tasks(tasks_file(tmp_path, setup=[probe], setup_network=network))[0]
     ws = prepare_workspace(task, tmp_path / "ws", sandbox="bwrap")
     assert (ws / "reached.txt").exists() is network
-    assert listener.seen == (1 if network else 0)
-    listener.sock.close()
+    assert len(listener.seen) == (1 if network else 0)
+    listener.close()
 
 
 def test_setup_network_must_be_a_boolean(tmp_path: Path) -> None:
@@ -58,7 +38,7 @@ def test_setup_network_must_be_a_boolean(tmp_path: Path) -> None:
 
 def test_reward_sees_the_workspace_but_not_the_task_folder_or_the_network(tmp_path: Path) -> None:
     secret = tmp_path / "tasks" / "reference_answer.txt"
-    listener = Listener()
+    listener = LoopbackServer()
     reward = (f"test -f marker.txt && ! cat {secret} && ! (exec 3<>/dev/tcp/127.0.0.1/{listener.port}) "
               "&& echo > written_by_reward.txt")
     task = load_tasks(tasks_file(tmp_path, reward=reward))[0]
@@ -67,10 +47,10 @@ def test_reward_sees_the_workspace_but_not_the_task_folder_or_the_network(tmp_pa
     ws.mkdir()
     (ws / "marker.txt").write_text("agent work")
     assert run_reward(task, ws, timeout_s=30, sandbox="bwrap").reward == 1.0
-    assert (ws / "written_by_reward.txt").exists() and listener.seen == 0
+    assert (ws / "written_by_reward.txt").exists() and not listener.seen
     # The same command on the host (`none`, an explicit choice) can read the secret: the sandbox is what hid it.
     assert run_reward(task, ws, timeout_s=30, sandbox="none").reward == 0.0
-    listener.sock.close()
+    listener.close()
 
 
 def test_hidden_files_overwrite_the_agents_edits_and_never_follow_its_symlinks(tmp_path: Path) -> None:
