@@ -161,10 +161,21 @@ def first_paint(run_dir: Path, marker: str, timeout: float = 30.0) -> float:
     return painted
 
 
-def open_episode(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) -> list[float]:
-    """In-process, headless: seconds from opening the episode until its call table is populated and drawn."""
-    from agentlightning_cli.inspect.app import InspectApp
+async def _shown(app, pilot, episode_id: str) -> None:
+    """Push the episode's screen and wait until its call table is populated and drawn."""
     from agentlightning_cli.inspect.episode_view import EpisodeScreen
+
+    app.push_screen(EpisodeScreen(app.source, episode_id))
+    await pilot.pause()
+    while not isinstance(app.screen, EpisodeScreen) or not app.screen.loaded:
+        await pilot.pause(0.005)
+    await pilot.pause()  # one more frame: the table is drawn
+
+
+def _in_app(run_dir: Path, episode_id: str, repeat: int, cpu: list[float], step) -> list[float]:
+    """Headless app on run_dir; `step(app, pilot)` returns the (wall, cpu) start it measured from, then one more
+    frame is drawn and the time since is one sample; the episode is closed between repeats."""
+    from agentlightning_cli.inspect.app import InspectApp
 
     async def go() -> list[float]:
         times = []
@@ -172,12 +183,7 @@ def open_episode(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) 
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause()
             for _ in range(repeat):
-                t, c = time.perf_counter(), time.process_time()
-                app.push_screen(EpisodeScreen(app.source, episode_id))
-                await pilot.pause()
-                while not isinstance(app.screen, EpisodeScreen) or not app.screen.loaded:
-                    await pilot.pause(0.005)
-                await pilot.pause()  # one more frame: the table is drawn
+                t, c = await step(app, pilot)
                 times.append(time.perf_counter() - t)
                 cpu.append(time.process_time() - c)
                 app.pop_screen()
@@ -185,6 +191,17 @@ def open_episode(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) 
         return times
 
     return asyncio.run(go())
+
+
+def open_episode(run_dir: Path, episode_id: str, repeat: int, cpu: list[float]) -> list[float]:
+    """In-process, headless: seconds from opening the episode until its call table is populated and drawn."""
+
+    async def step(app, pilot):
+        started = time.perf_counter(), time.process_time()
+        await _shown(app, pilot, episode_id)
+        return started
+
+    return _in_app(run_dir, episode_id, repeat, cpu, step)
 
 
 def open_rows(run_dir: Path, episode_id: str, repeat: int, cpu: list[float], wait: float = 0.0) -> list[float]:
@@ -192,31 +209,17 @@ def open_rows(run_dir: Path, episode_id: str, repeat: int, cpu: list[float], wai
     episode's token ids, with where each prefix broke) are drawn. `t` comes as soon as the calls are drawn (the
     rows are read then), or `wait` seconds later like a user who looked at the calls first (the view reads them
     in a thread meanwhile)."""
-    from agentlightning_cli.inspect.app import InspectApp
-    from agentlightning_cli.inspect.episode_view import EpisodeScreen
 
-    async def go() -> list[float]:
-        times = []
-        app = InspectApp(run_dir)
-        async with app.run_test(size=(160, 48)) as pilot:
-            await pilot.pause()
-            for _ in range(repeat):
-                app.push_screen(EpisodeScreen(app.source, episode_id))
-                await pilot.pause()
-                while not isinstance(app.screen, EpisodeScreen) or not app.screen.loaded:
-                    await pilot.pause(0.005)
-                if wait:
-                    await pilot.pause(wait)
-                t, c = time.perf_counter(), time.process_time()
-                await pilot.press("t")
-                await pilot.pause()  # one more frame: the rows are drawn
-                times.append(time.perf_counter() - t)
-                cpu.append(time.process_time() - c)
-                app.pop_screen()
-                await pilot.pause()
-        return times
+    async def step(app, pilot):
+        await _shown(app, pilot, episode_id)
+        if wait:
+            await pilot.pause(wait)
+        started = time.perf_counter(), time.process_time()
+        await pilot.press("t")
+        await pilot.pause()  # one more frame: the rows are drawn
+        return started
 
-    return asyncio.run(go())
+    return _in_app(run_dir, episode_id, repeat, cpu, step)
 
 
 def main() -> None:
