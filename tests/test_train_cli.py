@@ -125,3 +125,33 @@ def test_alight_train_trains_the_last_round_and_prints_a_summary(tmp_path: Path,
     assert text.returncode == 0, text.stderr
     assert "rows        8 from 16 calls (2.00 calls per row, merge=strict)" in text.stdout
     assert "breaks      none" in text.stdout and "(fresh LoRA)" in text.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_alight_train_run_uses_the_model_and_row_limit_the_run_served(tmp_path: Path, tiny: Path, command: str):
+    """`alight run --model DIR` / `alight serve --model DIR` record DIR and the context vLLM was sized to; `alight
+    train RUN` (no --base-model) trains an adapter on DIR and drops rows past that run's limit, and says so."""
+    import json
+
+    from agentlightning_cli.commands import lifecycle, run as run_command
+    from agentlightning_cli.commands.run_checks import RunOptions
+    from agentlightning_cli.config import Settings
+
+    settings = Settings(home=tmp_path / "home", runs_dir=tmp_path / "runs")  # the default tiny model is not DIR
+    settings.serve.max_model_len = 25  # record_round: 20-token first calls, 31-token second ones
+    run_dir = tmp_path / "runs" / "r"
+    if command == "run":
+        opts = RunOptions(task_set=tmp_path / "tasks.yaml", harness="mini-swe-agent", model=tiny)
+        store, run = run_command._open(settings, "r", run_dir, opts, "mini-swe-agent", tiny)
+    else:
+        store, run, _ = lifecycle.open_run(settings, "r", model=tiny)
+    record_round(store, run.id, 0)
+    store.close()
+    result = alight_train(tmp_path, "r", "--json")  # today's settings: serve.max_model_len 4096, no serve.model
+    assert result.returncode == 0, result.stderr
+    adapter = json.loads((tmp_path / "runs" / "r" / "adapters" / "round-1" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(tiny.resolve())
+    assert f"base model {tiny.resolve()} (the model the run served)" in result.stderr
+    assert "rows up to 25 tokens (the run's serve.max_model_len)" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["rows"] == 8 and report["dropped"]["over_long_rows"] == 8  # each episode's second call

@@ -42,14 +42,18 @@ def default_run_name(command: str) -> str:
     return time.strftime(f"{command}-%Y%m%d-%H%M%S")
 
 
-def open_run(settings: "Settings", name: str, command: str = "serve") -> tuple["Store", Any, Path]:
-    """The run's store and row under runs/NAME: reused if it exists, so a named run can be restarted."""
+def open_run(settings: "Settings", name: str, command: str = "serve",
+             model: Path | None = None) -> tuple["Store", Any, Path]:
+    """The run's store and row under runs/NAME: reused if it exists, so a named run can be restarted. `model`:
+    the directory vLLM serves, recorded as serve.model of the snapshot (run_snapshot.py: one shape)."""
+    from agentlightning_cli.run_snapshot import snapshot_settings
     from agentlightning_cli.store import Store
 
     run_dir = Path(settings.runs_dir) / name
     run_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(run_dir)
-    run = store.get_run(name) or store.create_run(name, {"command": command, **settings.model_dump(mode="json")})
+    run = store.get_run(name) or store.create_run(name, {"command": command,
+                                                             "settings": snapshot_settings(settings, model)})
     return store, run, run_dir
 
 

@@ -85,19 +85,21 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
         killed = stale.kill_run_processes(run_dir)
         if killed:
             print(f"alight run: killed {len(killed)} process(es) a stopped earlier run left behind", file=sys.stderr)
-        store, run_row = _open(settings, name, run_dir, opts, recipe.name)
+        store, run_row = _open(settings, name, run_dir, opts, recipe.name, model)
         try:
             return _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
         finally:
             store.close()
 
 
-def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name: str) -> tuple[Any, Any]:
+def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,
+          model: Path | None = None) -> tuple[Any, Any]:
+    from agentlightning_cli.run_snapshot import snapshot_settings
     from agentlightning_cli.store import Store
 
     store = Store.open(run_dir)
     snapshot = {"command": "run", "harness": recipe_name, "task_set": str(Path(opts.task_set).absolute()),
-                "options": opts.snapshot(), "settings": settings.model_dump(mode="json")}
+                "options": opts.snapshot(), "settings": snapshot_settings(settings, model)}
     row = store.get_run(name)
     if row is None:
         return store, store.create_run(name, snapshot)

@@ -56,7 +56,7 @@ def serve(settings: Settings, model: Path | None = None, port: int | None = None
 
     for warning in size_for_serve(settings, model):
         print(f"warning: {warning}", file=sys.stderr)
-    store, run, run_dir = open_run(settings, name)
+    store, run, run_dir = open_run(settings, name, model=model)
     try:
         with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
             # A restarted `--run NAME` keeps its round 0 (same policy-r0 adapter directory).

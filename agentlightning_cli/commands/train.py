@@ -1,7 +1,7 @@
 """`alight train [RUN]`: train a LoRA adapter on one round of a recorded run, outside `alight run --rounds`.
 
 Finds the run directory, the round (default: the last one with episodes), the base model (--base-model, else
-what the run served), then calls train/round_step.train_round and prints what went into the rows and why.
+what the run served) and the row limit (the run's, from its snapshot: run_snapshot.py), says which on stderr, then calls train/round_step.train_round and prints what went into the rows and why.
 """
 
 from __future__ import annotations
@@ -24,16 +24,33 @@ def _pick_run(store: Any, run: str | None) -> Any:
     return runs[-1]
 
 
-def base_model_for(settings: Any, run_row: Any, base_model: Path | None) -> Path:
-    """--base-model, else the model the run served (its settings snapshot), else the embedded tiny model."""
+def base_model_for(settings: Any, run_row: Any, base_model: Path | None) -> tuple[Path, str]:
+    """(model, where from): --base-model, else the model the run served (serve.model of its snapshot), else the
+    embedded tiny model (a run that recorded no model served the default one)."""
+    from agentlightning_cli.run_snapshot import recorded_home, served_model
+
     if base_model is not None:
-        return Path(base_model)
-    served = ((run_row.config or {}).get("serve") or {}).get("model")
+        return Path(base_model), "--base-model"
+    served = served_model(run_row.config)
     if served:
-        return Path(served)
+        return Path(served), "the model the run served"
     from agentlightning_cli.serve.tiny_model import tiny_model_dir
 
-    return tiny_model_dir(Path((run_row.config or {}).get("home") or settings.home))
+    return (tiny_model_dir(Path(recorded_home(run_row.config) or settings.home)),
+            "the embedded tiny model: the run recorded no serve.model")
+
+
+def row_limit_for(settings: Any, run_row: Any) -> tuple[int, str]:
+    """(limit, where from): the run's train.max_row_tokens, else the serve.max_model_len it served with (sized
+    for its recipe), else today's settings (a run that recorded neither)."""
+    from agentlightning_cli.run_snapshot import row_limit
+
+    limit, why = row_limit(run_row.config)
+    if limit is not None:
+        return limit, why
+    if settings.train.max_row_tokens:
+        return settings.train.max_row_tokens, "train.max_row_tokens (the run recorded no limit)"
+    return settings.serve.max_model_len, "serve.max_model_len (the run recorded no limit)"
 
 
 def train(settings: Any, run: str | None = None, round_index: int | None = None, base_model: Path | None = None,
@@ -53,13 +70,15 @@ def train(settings: Any, run: str | None = None, round_index: int | None = None,
             if not with_episodes:
                 raise NothingToTrain(f"run {run_row.name!r} has no episodes in any round", hint="run some tasks first")
             round_index = with_episodes[-1]
-        base = base_model_for(settings, run_row, base_model)
+        base, base_why = base_model_for(settings, run_row, base_model)
+        limit, limit_why = row_limit_for(settings, run_row)
+        log(f"base model {base} ({base_why}); rows up to {limit} tokens ({limit_why})")
         # Named after the round it serves, as `alight run --rounds` names it: trained on round N, it is round N+1's
         # policy. Absolute: the path is stored in the run and handed to vLLM, which runs in another directory.
         default = run_dir / "adapters" / f"round-{round_index + 1}"
         out_dir = (Path(out) if out is not None else default).resolve()
         report = train_round(store, run_row.id, round_index, base_model=base, settings=settings, out_dir=out_dir,
-                             log=log)
+                             log=log, row_limit=limit)
     if merge_to is not None:
         merge_adapter(base, out_dir, Path(merge_to))
     return report

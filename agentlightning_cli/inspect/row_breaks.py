@@ -165,14 +165,10 @@ def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round
 
 def row_limit(run_config: dict[str, Any] | None) -> int | None:
     """The run's train.max_row_tokens, else its serve.max_model_len (what the trainer uses), from the settings
-    snapshot (`alight run` keeps it under "settings", `alight serve` at the top); None when not recorded."""
-    config = run_config or {}
-    for layer in (config.get("settings") or {}, config):
-        train, serve = layer.get("train") or {}, layer.get("serve") or {}
-        limit = train.get("max_row_tokens") or serve.get("max_model_len")
-        if limit:
-            return int(limit)
-    return None
+    snapshot (run_snapshot.py); None when not recorded."""
+    from agentlightning_cli.run_snapshot import row_limit as recorded_limit
+
+    return recorded_limit(run_config)[0]
 
 
 class _RowView:

@@ -44,20 +44,19 @@ def completion_token_texts(call: Call) -> list[str] | None:
 
 def run_tokenizer_file(run_config: dict[str, Any] | None) -> Path | None:
     """The tokenizer.json of the model the run served, when it is on this machine: `serve.model` of the run's
-    settings snapshot (`alight run` keeps it under "settings", `alight serve` at the top), else the embedded tiny
-    model under the run's ALIGHT_HOME. None when neither is here: nothing is downloaded."""
-    config = run_config or {}
-    for layer in (config.get("settings") or {}, config):
-        served = (layer.get("serve") or {}).get("model")
-        home = layer.get("home")
-        if served:
-            path = Path(served) / "tokenizer.json"
-            return path if path.is_file() else None
-        if home:
-            from agentlightning_cli.serve.tiny_model import tiny_model_dir
+    settings snapshot (run_snapshot.py), else the embedded tiny model under the run's ALIGHT_HOME. None when
+    neither is here: nothing is downloaded."""
+    from agentlightning_cli.run_snapshot import recorded_home, served_model
 
-            path = tiny_model_dir(Path(home)) / "tokenizer.json"
-            return path if path.is_file() else None
+    served, home = served_model(run_config), recorded_home(run_config)
+    if served:
+        path = Path(served) / "tokenizer.json"
+        return path if path.is_file() else None
+    if home:
+        from agentlightning_cli.serve.tiny_model import tiny_model_dir
+
+        path = tiny_model_dir(Path(home)) / "tokenizer.json"
+        return path if path.is_file() else None
     return None
 
 

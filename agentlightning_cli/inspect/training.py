@@ -3,7 +3,7 @@
 Computed with the trainer's own pure functions (train/advantages.py) on the episode's round, as train_round does:
 `trainable_rewards` with the run's train.outcomes and reward.on_error, then `group_advantages` (group = the
 episodes of one task in the round) with train.scale_rewards. The settings come from the run's snapshot
-(`alight run` keeps it under "settings", `alight serve` at the top), a missing one from the defaults. The round's
+(run_snapshot.settings_of: either shape), a missing one from the defaults. The round's
 episodes are one query (store.episode_summaries); no call body is read here.
 
 Row-level facts come from the episode's rows (row_breaks.py): rows dropped for length train nothing, each kept
@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from agentlightning_cli.inspect.rows import Rows
+from agentlightning_cli.run_snapshot import settings_of
 from agentlightning_cli.store import CallSummary, Episode, EpisodeSummary, Store
 from agentlightning_cli.train import advantages as adv
 from agentlightning_cli.train.rows import call_temperature
@@ -25,8 +26,7 @@ from agentlightning_cli.train.rows import call_temperature
 def run_training_settings(run_config: dict[str, Any] | None) -> dict[str, Any]:
     """train.outcomes, reward.on_error and train.scale_rewards from the run's settings snapshot; `source` says
     which were recorded ("run") and which are today's defaults."""
-    config = run_config or {}
-    layer = next((c for c in (config.get("settings") or {}, config) if "train" in c or "reward" in c), {})
+    layer = settings_of(run_config)
     train, reward = layer.get("train") or {}, layer.get("reward") or {}
     found = {"outcomes": train.get("outcomes"), "on_error": reward.get("on_error"),
              "scale_rewards": train.get("scale_rewards")}

@@ -95,8 +95,9 @@ def check_base_model(base_model: Path | None) -> Path:
 
 
 def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, settings: Any, out_dir: Path,
-                log: Callable[[str], None] = print_to_stderr) -> TrainReport:
-    """Train on the episodes of round `round_index`, continuing from that round's adapter; write out_dir."""
+                log: Callable[[str], None] = print_to_stderr, row_limit: int | None = None) -> TrainReport:
+    """Train on the episodes of round `round_index`, continuing from that round's adapter; write out_dir.
+    `row_limit`: the longest row kept (default train.max_row_tokens, else serve.max_model_len of `settings`)."""
     started = time.perf_counter()
     base_model = check_base_model(base_model)
     run = store.get_run(run_id)
@@ -124,7 +125,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
-    ctx = row_context(tokenizer, t.max_row_tokens or settings.serve.max_model_len)
+    ctx = row_context(tokenizer, row_limit or t.max_row_tokens or settings.serve.max_model_len)
     report = collect_rows(store, list(scored.advantages), ctx, t.merge)
     dropped.update(report.dropped)
     if not report.rows:
@@ -208,7 +209,9 @@ def _template_choice(run_dir: Path, config: dict[str, Any]) -> str | None:
     if recorded.is_file():
         data = json.loads(recorded.read_text(encoding="utf-8"))
         return data["choice"] if data.get("choice") != "path" else f"path:{data.get('path')}"
-    setting = (config.get("serve") or {}).get("chat_template")
+    from agentlightning_cli.run_snapshot import settings_of
+
+    setting = (settings_of(config).get("serve") or {}).get("chat_template")
     return f"{setting} (setting)" if setting else None
 
 
