@@ -109,3 +109,28 @@ def test_training_raises_the_rewarded_completion_and_lowers_the_punished_one(tmp
     after = logp(trained, good), logp(trained, bad)
     assert after[0] > before[0] + 0.5, (before, after)
     assert after[1] < before[1] - 0.5, (before, after)
+
+
+def test_group_mean_and_std_are_over_the_episodes_that_produce_rows(tmp_path: Path, tiny: Path):
+    """task t: rewards 0, 1 with rows and a third episode scored 1 whose calls have no token ids. Its group's
+    baseline is over the two that train: mean 0.5, std 0.707 -> advantages -/+0.707 (with the third it was mean
+    0.667, std 0.577 -> -1.155 and +0.577)."""
+    store, run = new_run(tmp_path)
+    rnd = store.create_round(run.id, 0, "policy-r0", None)
+    prompt = [1, 300, 301, 302, 2]
+    ids = {}
+    for attempt, (reward, has_ids) in enumerate([(0.0, True), (1.0, True), (1.0, False)]):
+        ep = store.create_episode(run.id, rnd.id, "t", attempt, "h", "k")
+        record = call_record(ep.id, prompt if has_ids else None, [410 + attempt, 2] if has_ids else None)
+        if not has_ids:
+            record.completion_logprobs = None
+        store.add_call(record)
+        store.update_episode(ep.id, status="done", outcome="finished", reward=reward)
+        ids[attempt] = ep.id
+    report = train_round(store, run.id, 0, base_model=tiny, settings=small_settings(batch_size=2, grad_accum=1),
+                         out_dir=tmp_path / "adapter", log=lambda m: None)
+    assert report.episodes == 2 and report.dropped["no_row_episodes"] == 1 and report.dropped["no_token_ids"] == 1
+    advantages = store.get_train_round(run.id, 0).detail["advantages"]
+    assert set(advantages) == {ids[0], ids[1]}
+    assert advantages[ids[0]] == pytest.approx(-0.5 / (0.5 ** 0.5 + 1e-4), abs=1e-5)
+    assert advantages[ids[1]] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-4), abs=1e-5)

@@ -106,6 +106,17 @@ def episode_training(store: Store, summary: EpisodeSummary, rows: Rows | None = 
                "batch": f" / (round std {out['batch_std'] or 0:.4g} + {adv.EPS:g})"}[scale]
     out["why"] = (f"advantage {advantage:+.4f} = (reward {_num(reward)} - mean {mean:.4g} of the {len(members)}"
                   f" episodes of {where}){divisor}")
+    recorded = (trained.detail.get("advantages") if trained is not None else None)
+    if recorded is not None:  # the trainer's own numbers: its baselines are over the episodes that made rows
+        if episode_id not in recorded:
+            out.update(trains=False, advantage=None, reason="no_rows",
+                       why="the trainer left it out: none of its calls made a training row (errors, no token ids,"
+                           " over-long, another temperature), so it is not in its group's mean and std either")
+            return out
+        if abs(recorded[episode_id] - advantage) > 1e-5:
+            out["advantage"] = recorded[episode_id]
+            out["note"] = (f"trained with advantage {recorded[episode_id]:+.4f}: the trainer's group mean and std"
+                           " are over the episodes that made rows, and some of this group's made none")
     if rows is not None and calls is not None:
         _row_facts(out, rows, calls, trained.detail.get("temperature") if trained is not None else None)
     return out

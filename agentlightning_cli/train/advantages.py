@@ -61,6 +61,17 @@ def trainable_rewards(episodes: Iterable[Any], outcomes: Sequence[str] = DEFAULT
     return kept, dropped
 
 
+def with_rows(rewards: dict[str, tuple[str, float]], rows: Iterable[Any],
+              dropped: Counter) -> dict[str, tuple[str, float]]:
+    """The rewarded episodes that have at least one training row: the only ones a group's mean and std may
+    include, since the others are not in the loss. The rest are counted as `no_row_episodes`."""
+    have = {r.episode_id for r in rows}
+    kept = {e: v for e, v in rewards.items() if e in have}
+    if len(kept) < len(rewards):
+        dropped["no_row_episodes"] += len(rewards) - len(kept)
+    return kept
+
+
 def group_advantages(rewards: dict[str, tuple[str, float]], scale: str = "group") -> AdvantageReport:
     """Reward minus the group mean, divided by the group's std (`group`), the whole round's (`batch`), or 1."""
     if scale not in SCALES:

@@ -116,23 +116,25 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         raise NothingToTrain(f"none of the {len(episodes)} episodes of round {round_index} has a reward to train on"
                              f" ({_counts(dropped)})",
                              hint="check the reward command (`alight inspect`), train.outcomes and reward.on_error")
-    scored = adv.group_advantages(rewards, t.scale_rewards)
-    dropped.update(scored.dropped)
-    if not scored.advantages:
-        raise NothingToTrain(f"every group of round {round_index} has equal rewards (or one episode): no signal to"
-                             f" learn from ({_counts(dropped)})",
-                             hint="use more attempts per task, or a reward that tells attempts apart")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
     ctx = row_context(tokenizer, row_limit or t.max_row_tokens or settings.serve.max_model_len)
-    report = collect_rows(store, list(scored.advantages), ctx, t.merge)
+    # Rows first, advantages after: a group's mean and std are over the episodes that train (an episode whose
+    # calls make no row, or only rows at another temperature, is not in the loss, so not in its baseline).
+    report = collect_rows(store, list(rewards), ctx, t.merge)
     dropped.update(report.dropped)
     if not report.rows:
-        raise NothingToTrain(f"the {scored.episodes} scored episodes of round {round_index} have no calls with token"
+        raise NothingToTrain(f"the {len(rewards)} rewarded episodes of round {round_index} have no calls with token"
                              f" ids to train on ({_counts(dropped)})",
                              hint="calls must go through alight's proxy to a vLLM upstream that returns token ids")
     temperature, rows = _one_temperature(report.rows, dropped)
+    scored = adv.group_advantages(adv.with_rows(rewards, rows, dropped), t.scale_rewards)
+    dropped.update(scored.dropped)
+    if not scored.advantages:
+        raise NothingToTrain(f"every group of round {round_index} has equal rewards (or one episode) among the"
+                             f" episodes with rows: no signal to learn from ({_counts(dropped)})",
+                             hint="use more attempts per task, or a reward that tells attempts apart")
     rows = adv.apply(rows, scored)
     previous = _previous_adapter(rnd.adapter_path)
     rank = _adapter_rank(previous) or default_rank(base_model, settings)
@@ -171,7 +173,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         merge_rule=t.merge, break_reasons=out.break_reasons, dropped=out.dropped, adapter_dir=str(out_dir),
         base_adapter=out.base_adapter, chat_template=choice,
         detail={"rank": rank, "learning_rate": t.learning_rate, "temperature": temperature, "episodes": out.episodes,
-                "loss_type": t.loss_type, "breaks": report.break_log[:200]}))
+                "loss_type": t.loss_type, "breaks": report.break_log[:200],
+                "advantages": {e: round(a, 6) for e, a in scored.advantages.items()}}))
     return out
 
 
