@@ -37,6 +37,11 @@ SandboxFlag = Annotated[
     typer.Option("--sandbox", help="Where episodes, setup and reward run: bwrap (sandboxed, the default) or none (on the host)."),
 ]
 
+UnsafeExposeFlag = Annotated[bool, typer.Option(
+    "--unsafe-expose-protected-paths",
+    help="Let the sandbox mount folders that expose the task set, the run directory, ALIGHT_HOME or your HOME "
+         "(refused otherwise: the agent could read hidden tests or the store); the summary says it was used.")]
+
 
 def use_sandbox(value: Optional[str]) -> None:
     """--sandbox becomes the `sandbox` setting for this whole command (the runner, setup and reward read it)."""
@@ -92,20 +97,32 @@ def config_show(as_json: JsonFlag = False) -> None:
 
 
 @app.command()
-def doctor(as_json: JsonFlag = False) -> None:
+def doctor(
+    recipe: Annotated[Optional[list[str]], typer.Option(
+        "--recipe", help="Also check a recipe (name or YAML path; repeatable): would its sandbox expose the run "
+                         "directory, ALIGHT_HOME or your HOME (and, with --task-set, the task set)?")] = None,
+    task_set: Annotated[Optional[str], typer.Option(
+        "--task-set", help="The task set the --recipe checks protect (its folder, hidden files, repositories).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """Check what alight needs: Python, the train and vLLM extras, Node/npm, tmux, Python 3.12 for OpenHands."""
     from rich.console import Console
     from rich.table import Table
 
     from agentlightning_cli.doctor import run_checks
 
-    report = run_checks()
+    report = run_checks(recipe or [], task_set)
     if as_json:
         emit_json(report)
         return
     table = Table("check", "status", "version", "fix")
     for c in report["checks"]:
-        table.add_row(c["name"], "[green]ok[/]" if c["ok"] else "[red]missing[/]", c["version"] or "", c["fix"] or "")
+        status = "[green]ok[/]" if c["ok"] else "[red]missing[/]" if not c["name"].startswith("sandbox mounts") \
+            else "[red]exposes[/]"
+        fix = c["fix"] or ""
+        if c["name"].startswith("sandbox mounts") and not c["ok"]:
+            fix = f"{c['detail']} -> {fix}"
+        table.add_row(c["name"], status, c["version"] or "", fix)
     console = Console()
     console.print(table)
     p = report["platform"]
@@ -224,13 +241,16 @@ def harness_install(
 def harness_check(
     name: Annotated[str, typer.Argument(help="Recipe name or path to a recipe YAML.")],
     sandbox: SandboxFlag = None,
+    unsafe_expose: UnsafeExposeFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome."""
+    """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome.
+
+    Refused first when the recipe's sandbox would show the harness the run directory, ALIGHT_HOME or your HOME."""
     use_sandbox(sandbox)
     from agentlightning_cli.commands.harness import check_harness
 
-    report = check_harness(name)
+    report = check_harness(name, unsafe_expose=unsafe_expose)
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -240,6 +260,8 @@ def harness_check(
         typer.echo(f"tool:      {'executed (out.txt written)' if report.tool_executed else 'not executed'}")
         typer.echo(f"outcome:   {o['status']}{' - ' + o['reason'] if o['reason'] else ''} ({o['wall_s']} s)")
         typer.echo(f"run dir:   {report.run_dir}")
+        for line in report.exposed:
+            typer.echo(f"WARNING:   --unsafe-expose-protected-paths: the harness could read {line}", err=True)
         for problem in report.problems:
             typer.echo(f"problem:   {problem}", err=True)
         typer.echo("check:     " + ("ok" if report.ok else "FAILED"))
@@ -269,6 +291,7 @@ def run_command(
     reward_timeout: Annotated[float, typer.Option(help="Seconds allowed for the reward command.")] = 600.0,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
     sandbox: SandboxFlag = None,
+    unsafe_expose: UnsafeExposeFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Run every task x --attempts through a real harness behind the recording proxy; score; print a summary."""
@@ -280,7 +303,8 @@ def run_command(
         upstream=upstream, out=out, name=name, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens,
         max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
-        tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror)
+        tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
+        unsafe_expose=unsafe_expose)
     run_and_report(opts, as_json)
 
 

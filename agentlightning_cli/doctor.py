@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -74,7 +75,39 @@ def _vllm_platform() -> str | None:
     return "gpu" if shutil.which("nvidia-smi") else "unknown (no nvidia-smi found)"
 
 
-def run_checks() -> dict:
+def recipe_checks(recipe_files: list[str], task_set: str | None = None) -> list[Check]:
+    """For each recipe: would its sandbox expose protected paths (the task set's folder and its hidden files, the
+    run directory, ALIGHT_HOME, HOME)? The same guard `alight run` applies before a round."""
+    if not recipe_files:
+        return []  # nothing asked: doctor then needs none of alight's own dependencies (it diagnoses them)
+    from agentlightning_cli.commands import sandbox_guard
+    from agentlightning_cli.config import load_settings
+    from agentlightning_cli.errors import AlightError
+    from agentlightning_cli.harness import install as installs
+    from agentlightning_cli.harness.recipe import load
+
+    settings = load_settings()
+    where: dict = {}
+    if task_set is not None:
+        from agentlightning_cli.tasks import load_tasks
+
+        where = {"task_set": Path(task_set), "tasks": load_tasks(Path(task_set))}
+    checks = []
+    for name in recipe_files:
+        label = f"sandbox mounts of {name}"
+        try:
+            recipe = load(name)
+            found = installs.layout(recipe, settings.home)
+            problems = sandbox_guard.problems(settings, recipe, found, **where)
+        except AlightError as exc:
+            checks.append(Check(label, False, None, exc.message, exc.hint))
+            continue
+        checks.append(Check(label, not problems, None, "; ".join(problems) or "exposes nothing protected",
+                            sandbox_guard.fix_hint(recipe, found) if problems else None))
+    return checks
+
+
+def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dict:
     checks: list[Check] = [
         Check("python", sys.version_info >= (3, 11), platform.python_version(), sys.executable,
               None if sys.version_info >= (3, 11) else "use Python 3.11 or newer"),
@@ -101,6 +134,7 @@ def run_checks() -> dict:
         sandbox = {"ok": False, "version": None, "detail": f"cannot check: {exc}",
                    "fix": "reinstall alight (bash scripts/install.sh), then run alight doctor again"}
     checks.append(Check("bubblewrap (sandbox)", sandbox["ok"], sandbox["version"], sandbox["detail"], sandbox["fix"]))
+    checks += recipe_checks(list(recipe_files), task_set)
     return {
         "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
         "checks": [asdict(c) for c in checks],

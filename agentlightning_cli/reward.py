@@ -55,7 +55,8 @@ def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0, *, 
             tests_file.write_text(json.dumps(tests), encoding="utf-8")
             env["TASK_TESTS_FILE"] = str(tests_file)
         try:
-            box = task_shell_spec(workspace, network=False, mode=sandbox, limits=limits, read_only=[Path(tmp)])
+            box = task_shell_spec(workspace, network=False, mode=sandbox, limits=limits, read_only=[Path(tmp)],
+                                  with_alight=task.swebench is not None)
             result = run_shell(task.reward, workspace, timeout_s, env=env, sandbox=box)
         except OSError as exc:  # a missing workspace or bash: a scoring failure, not a crash of the round
             error = f"reward command could not start in {workspace}: {exc}"

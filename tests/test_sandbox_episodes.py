@@ -15,7 +15,7 @@ import yaml
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness import recipe as recipes
-from agentlightning_cli.harness.install import layout
+from agentlightning_cli.harness.install import Installed, layout
 from agentlightning_cli.sandbox.bwrap import forwarder_python
 from agentlightning_cli.testing import sandbox_agent
 from agentlightning_cli.testing.loopback import LoopbackServer
@@ -211,12 +211,16 @@ async def _until(check, timeout: float = 30.0) -> None:
 
 
 async def test_a_program_missing_inside_the_sandbox_is_named(tmp_path: Path) -> None:
-    tool = tmp_path / "elsewhere" / "my-harness"  # exists on the host, but its folder is not visible inside
+    # An installed harness sees its install folder only: a program elsewhere on the host is not visible inside.
+    tool = tmp_path / "elsewhere" / "my-harness"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\necho hi\n")
     tool.chmod(0o755)
-    recipe, inst = agent_recipe(tmp_path)
+    recipe, _ = agent_recipe(tmp_path)
     recipe.command = [str(tool)]
+    install = tmp_path / "install"
+    (install / "bin").mkdir(parents=True)
+    inst = Installed(install, install / "bin", install / "bin" / "my-harness", "1.0")
     async with SmokeEnvironment(tmp_path / "run", lambda body: {"content": "Hi."}) as env:
         outcome = await env.run(recipe, inst, env.new_episode(recipe, tmp_path / "ws", timeout_s=30))
     assert outcome.status == "harness_error", outcome

@@ -33,6 +33,8 @@ class CheckReport:
     run_dir: str
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    exposed: list[str] = field(default_factory=list)
+    """Protected paths the sandbox showed the harness (only with --unsafe-expose-protected-paths)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,9 +105,15 @@ def install_harness(name: str, force: bool = False, settings: Settings | None = 
     return installs.install(recipe, settings.home, python=python, version=version, force=force)
 
 
-def check_harness(name: str, settings: Settings | None = None) -> CheckReport:
+def check_harness(name: str, settings: Settings | None = None, unsafe_expose: bool = False) -> CheckReport:
+    from agentlightning_cli.commands.sandbox_guard import refuse_exposures
+
     settings = settings or load_settings()
     recipe = recipes.load(name)
     _, version, timeout = _override(settings, recipe.name)
     installed = installs.require_installed(recipe, settings.home, version)
-    return asyncio.run(smoke_check(recipe, installed, timeout_s=timeout or 300))
+    # The same guard as `alight run` (no task set here): refused before the episode starts.
+    exposed = refuse_exposures(settings, recipe, installed, allow=unsafe_expose)
+    report = asyncio.run(smoke_check(recipe, installed, timeout_s=timeout or 300))
+    report.exposed = exposed
+    return report

@@ -17,9 +17,11 @@ from typing import Any
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness
 from agentlightning_cli.commands.run_checks import RunOptions, check_numbers, load_task_subset, recipe_and_install
+from agentlightning_cli.commands.sandbox_guard import refuse_exposures
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
 from agentlightning_cli.rollout.summary import RoundSummary
+from agentlightning_cli.sandbox.exposure import OVERRIDE_FLAG
 
 VLLM_POLL_S = 1.0
 
@@ -69,17 +71,23 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
         settings.proxy.budgets.max_calls = opts.max_calls
     if opts.max_tokens is not None:
         settings.proxy.budgets.max_completion_tokens = opts.max_tokens
+    runs_dir = None if opts.out is None else Path(opts.out)  # --out: that folder alone is alight's
+    if opts.out is not None:
+        settings.runs_dir, name = Path(opts.out).parent, Path(opts.out).name
+    else:
+        name = opts.name or default_name(opts, recipe.name)
+    run_dir = (Path(settings.runs_dir) / name).absolute()
+    # Before anything starts, once: no sandbox of this run may show the agent hidden tests, the store or HOME.
+    exposed = refuse_exposures(settings, recipe, installed, allow=opts.unsafe_expose, task_set=Path(opts.task_set),
+                               tasks=tasks, runs_dir=runs_dir, run_dir=run_dir)
+    for line in exposed:
+        print(f"alight run: WARNING: {OVERRIDE_FLAG}: the agent can read {line}", file=sys.stderr, flush=True)
     probe = None
     if opts.upstream is not None:
         from agentlightning_cli.commands.run_upstream import probe_upstream
 
         probe = probe_upstream(opts.upstream)
         settings.proxy.sampling.token_ids = probe.token_ids
-    if opts.out is not None:
-        settings.runs_dir, name = Path(opts.out).parent, Path(opts.out).name
-    else:
-        name = opts.name or default_name(opts, recipe.name)
-    run_dir = (Path(settings.runs_dir) / name).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
     with stale.RunLock(run_dir):
         killed = stale.kill_run_processes(run_dir)
@@ -87,9 +95,13 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
             print(f"alight run: killed {len(killed)} process(es) a stopped earlier run left behind", file=sys.stderr)
         store, run_row = _open(settings, name, run_dir, opts, recipe.name, model)
         try:
-            return _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
+            summary = _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
         finally:
             store.close()
+    if exposed:
+        summary.notes.append(f"{OVERRIDE_FLAG} was used: the sandbox showed the agent {len(exposed)} protected "
+                             f"path(s) ({'; '.join(exposed)}), so its rewards may not measure what they should")
+    return summary
 
 
 def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,

@@ -38,6 +38,8 @@ class RunOptions:
     swebench_mirror: Path | None = None
     setup_timeout_s: float = 900.0
     reward_timeout_s: float = 600.0
+    unsafe_expose: bool = False
+    """--unsafe-expose-protected-paths: mount what the guard would refuse (sandbox/exposure.py); the summary says so."""
 
     def snapshot(self) -> dict[str, Any]:
         return json.loads(json.dumps({k: v for k, v in self.__dict__.items()}, default=str))
@@ -90,3 +92,4 @@ def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
         recipe = recipe.model_copy(update={"timeout_s": override.timeout_s})
     # An external recipe (no `install`) needs nothing installed: require_installed returns where its program is.
     return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
+

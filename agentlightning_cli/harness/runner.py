@@ -125,7 +125,7 @@ class HarnessEpisode:
         try:
             argv, env, stdin_path = self._prepare(ctx)
             # The sandbox (default) hides everything but the workspace, the episode folder and the proxy.
-            boxed = await open_box(recipe, self.installed, spec, self.episode_dir, tmpdir)
+            boxed = await open_box(recipe, self.installed, spec, self.episode_dir, tmpdir, argv, env.get("PATH"))
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise

@@ -23,10 +23,11 @@ def resolve(mode: str | None, limits: EpisodeLimits | None) -> tuple[str, Episod
 
 
 def task_shell_spec(workspace: Path, *, network: bool, mode: str | None = None, limits: EpisodeLimits | None = None,
-                    read_only: list[Path] | None = None) -> SandboxSpec | None:
-    """The sandbox for a task's setup or reward command over `workspace`; None for `sandbox: none`."""
+                    read_only: list[Path] | None = None, with_alight: bool = False) -> SandboxSpec | None:
+    """The sandbox for a task's setup or reward command over `workspace`; None for `sandbox: none`. with_alight:
+    alight's own package is visible too (a SWE-bench reward runs it)."""
     mode, limits = resolve(mode, limits)
     if mode == "none":
         return None
-    return SandboxSpec(writable=[Path(workspace)], read_only=[*task_shell_roots(), *(read_only or [])],
+    return SandboxSpec(writable=[Path(workspace)], read_only=[*task_shell_roots(with_alight), *(read_only or [])],
                        network=network, limits=limits)
