@@ -65,12 +65,17 @@ def test_reward_errors_are_skipped_or_scored_zero():
         adv.trainable_rewards(eps, on_error="drop")
 
 
-def test_advantage_broadcast_to_every_row_and_each_episode_weighs_one():
+def test_advantage_broadcast_to_every_row_and_weights_follow_the_loss_type():
     report = adv.group_advantages({"x": ("t", 1.0), "y": ("t", 0.0), "z": ("u", 1.0)})
-    rows = [Row("x", [1]), Row("x", [1]), Row("x", [1]), Row("y", [1]), Row("z", [1])]
-    kept = adv.apply(rows, report)
+
+    def rows() -> list[Row]:  # x: three rows of 1, 1 and 2 trained tokens
+        return [Row("x", [1], [5], [1]), Row("x", [1], [5, 6], [0, 1]), Row("x", [1], [5, 6], [1, 1]),
+                Row("y", [1], [5], [1]), Row("z", [1], [5], [1])]
+
+    kept = adv.apply(rows(), report, "dapo")
     assert [r.episode_id for r in kept] == ["x", "x", "x", "y"]  # z's group had one episode
     assert {r.advantage for r in kept if r.episode_id == "x"} == {report.advantages["x"]}
-    assert sum(r.weight for r in kept if r.episode_id == "x") == pytest.approx(1.0)
-    assert [r.weight for r in kept if r.episode_id == "y"] == [1.0]
+    assert [r.weight for r in kept] == [1.0] * 4  # token sums: every token once, however the rows split
     assert {r.reward for r in kept if r.episode_id == "x"} == {1.0}
+    per_row = adv.apply(rows(), report, "grpo")  # a mean per row: shares of the episode's tokens, summing to 1
+    assert [r.weight for r in per_row] == [0.25, 0.25, 0.5, 1.0]

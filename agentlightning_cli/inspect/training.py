@@ -6,8 +6,8 @@ episodes of one task in the round) with train.scale_rewards. The settings come f
 (run_snapshot.settings_of: either shape), a missing one from the defaults. The round's
 episodes are one query (store.episode_summaries); no call body is read here.
 
-Row-level facts come from the episode's rows (row_breaks.py): rows dropped for length train nothing, each kept
-row weighs 1/rows, and the round trains at one sampling temperature (the most common one over its rows: known
+Row-level facts come from the episode's rows (row_breaks.py): rows dropped for length train nothing, a kept row
+weighs 1 (token-sum losses) or its share of the episode's tokens (grpo, sapo), and the round trains at one sampling temperature (the most common one over its rows: known
 from the trainer's record once the round is trained), so rows sampled at another are dropped.
 """
 
@@ -118,12 +118,16 @@ def episode_training(store: Store, summary: EpisodeSummary, rows: Rows | None = 
             out["note"] = (f"trained with advantage {recorded[episode_id]:+.4f}: the trainer's group mean and std"
                            " are over the episodes that made rows, and some of this group's made none")
     if rows is not None and calls is not None:
-        _row_facts(out, rows, calls, trained.detail.get("temperature") if trained is not None else None)
+        loss_type = ((trained.detail.get("loss_type") if trained is not None else None)
+                     or (settings_of(run.config if run else None).get("train") or {}).get("loss_type") or "dapo")
+        _row_facts(out, rows, calls, trained.detail.get("temperature") if trained is not None else None, loss_type)
     return out
 
 
-def _row_facts(out: dict[str, Any], rows: Rows, calls: list[CallSummary], round_temperature: float | None) -> None:
-    """Rows kept, the weight of each (1/rows: the episode counts once), and the round's one-temperature drop."""
+def _row_facts(out: dict[str, Any], rows: Rows, calls: list[CallSummary], round_temperature: float | None,
+               loss_type: str = "dapo") -> None:
+    """Rows kept, the weight of each (advantages.apply: 1 under token-sum losses; under grpo/sapo each row's share
+    of the episode's trained tokens, shown as their mean 1/rows), and the round's one-temperature drop."""
     by_seq = {c.seq: c for c in calls}
     temps = [call_temperature(by_seq[r.calls[0]]) for r in rows.rows if r.dropped is None and r.calls]
     counts = Counter(temps)
@@ -135,7 +139,7 @@ def _row_facts(out: dict[str, Any], rows: Rows, calls: list[CallSummary], round_
                        " one (known here once the round is trained)")
     out["rows"] = kept
     if kept:
-        out["row_weight"] = 1.0 / kept
+        out["row_weight"] = 1.0 / kept if loss_type in adv.PER_ROW_MEAN_LOSSES else 1.0
         return
     out["trains"] = False
     if temps:
@@ -174,8 +178,12 @@ def training_lines(training: dict[str, Any] | None) -> list[tuple[str, str]]:
                                                                                       f"trains nothing: {t['reason']}")
     out = [head, ("", f"  {t['why']}")]
     if t["trains"] and t["rows"] is not None:
-        out.append(("", f"  {t['rows']} row{'s' if t['rows'] != 1 else ''}, each weighted {t['row_weight']:.4g}"
-                        " (1/rows: the episode counts once)"))
+        if t["row_weight"] != 1.0:
+            out.append(("", f"  {t['rows']} rows, weighted by their share of the episode's trained tokens (mean"
+                            f" {t['row_weight']:.4g}): the episode counts once, however its calls split into rows"))
+        else:
+            out.append(("", f"  {t['rows']} row{'s' if t['rows'] != 1 else ''}, each weighted 1: every trained token"
+                            " counts once, however its calls split into rows"))
     if t["temperature"] and t["temperature"]["dropped_rows"]:
         out.append(("yellow", f"  {t['temperature']['dropped_rows']} of its rows dropped: sampled at another"
                               f" temperature than the round's {_num(t['temperature']['round'])}"))

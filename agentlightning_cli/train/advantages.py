@@ -1,11 +1,20 @@
 """GRPO advantages per episode: group = the episodes of one task in one round.
 
 Why per episode and not per row: an episode gets one reward, and its rows differ in number (merging, breaks).
-Computing the advantage once per episode and broadcasting it, with each row weighted 1/rows-of-its-episode,
-makes every episode count once however many rows it became; a row-level baseline would push long episodes
-around just for having more rows. Groups whose rewards are all equal carry no signal (advantage 0 everywhere)
-and only dilute the token-mean loss, so they are dropped and counted (DAPO's dynamic sampling).
-Pure: no torch.
+The advantage is computed once per episode, over the episodes that produce rows, and broadcast to its rows; a
+row-level baseline would push long episodes around just for having more rows.
+
+The weighting rule (`apply`): how an episode's calls were split into rows never changes its loss. Every trained
+token of an episode weighs what it would if the whole episode were one row, under the loss TRL computes:
+- token sums (`dapo`, `dr_grpo`, `cispo`, `luspo`, `bnpo`): each row weighs 1, so an episode counts by its
+  advantage x its trained tokens, as any sequence does under these losses;
+- a mean per row, then over rows (`grpo`, `sapo`): row r weighs tokens_r / tokens of the episode, so each
+  episode counts once, by its advantage, however many rows it became.
+Exact when an episode's rows share a generation batch (dapo normalises by each batch's token count, grpo by
+its row count); tests/test_train_weighting.py checks the loss and its gradient for dapo, grpo and dr_grpo.
+
+Groups whose rewards are all equal carry no signal (advantage 0 everywhere) and only dilute the token-mean loss,
+so they are dropped and counted (DAPO's dynamic sampling). Pure: no torch.
 """
 
 from __future__ import annotations
@@ -100,18 +109,33 @@ def group_advantages(rewards: dict[str, tuple[str, float]], scale: str = "group"
     return report
 
 
-def apply(rows: Sequence[Any], report: AdvantageReport) -> list[Any]:
-    """The rows whose episode has an advantage, each stamped with it and weighted 1/rows-of-its-episode."""
-    per_episode = Counter(r.episode_id for r in rows if r.episode_id in report.advantages)
+# TRL loss types that average each row over its own tokens before averaging over rows.
+PER_ROW_MEAN_LOSSES = ("grpo", "sapo")
+
+
+def apply(rows: Sequence[Any], report: AdvantageReport, loss_type: str = "dapo") -> list[Any]:
+    """The rows whose episode has an advantage, each stamped with it and with the weight the module docstring's
+    rule gives it under `loss_type`."""
+    tokens: Counter = Counter()
+    for r in rows:
+        if r.episode_id in report.advantages:
+            tokens[r.episode_id] += r.trained_tokens
     out = []
     for row in rows:
         if row.episode_id not in report.advantages:
             continue
         row.advantage = report.advantages[row.episode_id]
         row.reward = report.rewards[row.episode_id]
-        row.weight = 1.0 / per_episode[row.episode_id]
+        row.weight = row_weight(row.trained_tokens, tokens[row.episode_id], loss_type)
         out.append(row)
     return out
+
+
+def row_weight(row_tokens: int, episode_tokens: int, loss_type: str) -> float:
+    """A row's loss weight: its share of its episode's trained tokens under a per-row-mean loss, else 1."""
+    if loss_type in PER_ROW_MEAN_LOSSES:
+        return row_tokens / episode_tokens if episode_tokens else 0.0
+    return 1.0
 
 
 def _std(values: Sequence[float]) -> float:

@@ -81,6 +81,20 @@ def load_policy(base_model: Path, previous_adapter: Path | None, settings: Any, 
 
 def train(job: GRPORun) -> GRPOResult:
     """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result."""
+    started = time.perf_counter()
+    trainer, log = build_trainer(job)
+    trainer.train()
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        path = job.out_dir / name
+        if path.exists():
+            path.chmod(0o644)  # written 0600; vLLM may run as another user
+    return GRPOResult(steps=trainer.state.global_step, metrics=log.steps, seconds=time.perf_counter() - started)
+
+
+def build_trainer(job: GRPORun) -> tuple[Any, Any]:
+    """(StoredGRPOTrainer over job.rows, its StepLog), ready to train()."""
     _quiet_hub()
     import torch
     from datasets import Dataset
@@ -90,7 +104,6 @@ def train(job: GRPORun) -> GRPOResult:
     from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer
 
     s = job.settings
-    started = time.perf_counter()
     model, tokenizer, lora = load_policy(job.base_model, job.previous_adapter, s, job.rank)
     gen_batch = s.batch_size * s.grad_accum
     rows = pad_rows(job.rows, gen_batch, tokenizer.pad_token_id or 0)
@@ -125,14 +138,7 @@ def train(job: GRPORun) -> GRPOResult:
     # The printer would put every log dict on stdout, which belongs to `alight train --json`; our own step lines
     # go to the log callback instead.
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
-    job.out_dir.mkdir(parents=True, exist_ok=True)
-    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
-    for name in ("adapter_model.safetensors", "adapter_config.json"):
-        path = job.out_dir / name
-        if path.exists():
-            path.chmod(0o644)  # written 0600; vLLM may run as another user
-    return GRPOResult(steps=trainer.state.global_step, metrics=log.steps, seconds=time.perf_counter() - started)
+    return trainer, log
 
 
 def _report_to() -> list[str]:

@@ -135,7 +135,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         raise NothingToTrain(f"every group of round {round_index} has equal rewards (or one episode) among the"
                              f" episodes with rows: no signal to learn from ({_counts(dropped)})",
                              hint="use more attempts per task, or a reward that tells attempts apart")
-    rows = adv.apply(rows, scored)
+    rows = adv.apply(rows, scored, t.loss_type)
     previous = _previous_adapter(rnd.adapter_path)
     rank = _adapter_rank(previous) or default_rank(base_model, settings)
     choice = _template_choice(Path(store.path).parent, run.config or {})

@@ -55,7 +55,7 @@ class Row:
     temperature: float = 1.0
     advantage: float = 0.0  # filled in by advantages.apply
     reward: float = 0.0  # its episode's reward (for logging), filled in by advantages.apply
-    weight: float = 1.0  # 1 / rows of its episode: each episode weighs as one
+    weight: float = 1.0  # its loss weight (advantages.apply): splitting an episode into rows changes nothing
 
     @property
     def length(self) -> int:
