@@ -134,3 +134,20 @@ def test_group_mean_and_std_are_over_the_episodes_that_produce_rows(tmp_path: Pa
     assert set(advantages) == {ids[0], ids[1]}
     assert advantages[ids[0]] == pytest.approx(-0.5 / (0.5 ** 0.5 + 1e-4), abs=1e-5)
     assert advantages[ids[1]] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-4), abs=1e-5)
+
+
+def test_the_ppo_clip_bounds_later_epochs_against_the_round_start_policy(tmp_path: Path, tiny: Path):
+    """Old logprobs are the round-start policy's, so at a high learning rate over several epochs the ratio leaves
+    [1 - eps, 1 + eps] and TRL's clip fires (clip_fraction > 0); the first step is at ratio 1. Recomputing the old
+    logprobs at every step (the old code) kept the ratio at 1 and clip_fraction at 0 throughout."""
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0)  # 8 rows: one generation batch of 4 x 2, one optimizer step per epoch
+    report = train_round(store, run.id, 0, base_model=tiny, settings=small_settings(epochs=4, learning_rate=5e-2),
+                         out_dir=tmp_path / "adapter", log=lambda m: None)
+    steps = store.list_train_steps(run.id, 0)
+    assert report.steps == 4 and [s.step for s in steps] == [1, 2, 3, 4]
+    clip = [s.clip_fraction for s in steps]
+    assert clip[0] == 0.0 and max(clip[1:]) > 0.0, clip
+    importance = store.get_train_round(run.id, 0).detail["importance"]
+    assert importance == report.importance and importance["tokens"] == 16 * 7  # every sampled token, once
+    assert 0 < importance["min"] <= importance["mean"] <= importance["max"] <= 3.0

@@ -44,16 +44,20 @@ def loss_and_gradient(tiny: Path, tmp_path: Path, loss_type: str, split: bool) -
     rows = adv.apply(layout(split), scored, loss_type)
     trainer, _ = build_trainer(GRPORun(base_model=tiny, rows=rows, out_dir=tmp_path, settings=settings.train,
                                        temperature=1.0, rank=8))
+    # The same number of rows in both layouts (one padding row fewer when split): grpo and dr_grpo divide by it.
+    records = [_as_record(r) for r in pad_rows(rows, 4, 0)]
+    for record, old in zip(records, trainer.round_start_logps(records)):
+        record["old_logps"] = old
     torch.manual_seed(0)
-    for name, p in trainer.model.named_parameters():  # B = 0 at init: give the adapter weights so ratios move
-        if "lora_B" in name:
+    for name, p in trainer.model.named_parameters():  # as after some steps: the policy moved off round start,
+        if "lora_B" in name:  # so the ratios are not 1 and some tokens sit at the clip
             p.data.normal_(0, 0.5)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
-    # The same number of rows in both layouts (one padding row fewer when split): grpo and dr_grpo divide by it.
-    records = [_as_record(r) for r in pad_rows(rows, 4, 0)]
     batch = trainer._generate_and_score_completions(records)
     loss = trainer._compute_loss(trainer.model, batch)
+    clipped = trainer._metrics["train"]["clip_ratio/region_mean"][-1]
+    assert 0 < clipped < 1, clipped
     loss.backward()
     grad = torch.cat([p.grad.flatten() for n, p in trainer.model.named_parameters() if p.grad is not None])
     return loss.item(), grad

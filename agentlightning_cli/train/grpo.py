@@ -7,8 +7,13 @@ importance weights; rollout_func can express none of these. Two private methods 
 tests/test_train_grpo.py checks the contract. TRL's own `_compute_loss` does the rest (clipped ratio,
 loss normalisation, gradient accumulation, metrics).
 
-Importance weights: rho = exp(logp_trainer - logp_vllm) per token, truncated at `importance_cap`, folded into
-the (B, T) advantages. Exact, because every clipped surrogate TRL offers is positively homogeneous in A.
+Old logprobs: the round-start policy's, scored once for every row before the first optimizer step and carried
+with the rows, so TRL's PPO ratio exp(logp_now - logp_roundstart) and its clip (epsilon) bound every later step
+and epoch of the round; clip_ratio/region_mean (stored as clip_fraction) is the share of tokens at that clip.
+Importance weights: rho = min(exp(logp_roundstart - logp_vllm), importance_cap) per token (or per sequence),
+correcting only the engine mismatch (trainer vs vLLM at the same weights), folded into the (B, T) advantages.
+Exact, because every clipped surrogate TRL offers is positively homogeneous in A. Reported per round
+(train_rounds.detail.importance: mean, min, max, share truncated).
 Heavy imports (torch, trl, peft) happen inside functions only.
 """
 
@@ -44,6 +49,7 @@ class GRPOResult:
     steps: int
     metrics: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    importance: dict[str, Any] = field(default_factory=dict)  # stored_trainer.importance_summary of the round
 
 
 def _quiet_hub() -> None:
@@ -83,6 +89,7 @@ def train(job: GRPORun) -> GRPOResult:
     """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result."""
     started = time.perf_counter()
     trainer, log = build_trainer(job)
+    importance = trainer.round_importance
     trainer.train()
     job.out_dir.mkdir(parents=True, exist_ok=True)
     trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
@@ -90,18 +97,21 @@ def train(job: GRPORun) -> GRPOResult:
         path = job.out_dir / name
         if path.exists():
             path.chmod(0o644)  # written 0600; vLLM may run as another user
-    return GRPOResult(steps=trainer.state.global_step, metrics=log.steps, seconds=time.perf_counter() - started)
+    return GRPOResult(steps=trainer.state.global_step, metrics=log.steps, seconds=time.perf_counter() - started,
+                      importance=importance)
 
 
 def build_trainer(job: GRPORun) -> tuple[Any, Any]:
-    """(StoredGRPOTrainer over job.rows, its StepLog), ready to train()."""
+    """(StoredGRPOTrainer over job.rows, its StepLog), ready to train(): the rows carry the round-start policy's
+    logprobs (old_logps), scored once here before any optimizer step, and trainer.round_importance holds the
+    round's importance weights computed from them."""
     _quiet_hub()
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig
 
-    from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer
+    from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer, importance_summary
 
     s = job.settings
     model, tokenizer, lora = load_policy(job.base_model, job.previous_adapter, s, job.rank)
@@ -130,11 +140,16 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
         raise AlightError(f"train.grpo: GRPOConfig refused these values: {exc}",
                           hint="check the keys under train.grpo against trl.GRPOConfig") from exc
     log = StepLog(job.on_step)
+    records = [_as_record(r) for r in rows]
     trainer = StoredGRPOTrainer(
         model=model, reward_funcs=_no_reward, args=args, processing_class=tokenizer, peft_config=lora,
-        train_dataset=Dataset.from_list([_as_record(r) for r in rows]), callbacks=[log],
+        train_dataset=Dataset.from_list(records), callbacks=[log],
     )
     trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
+    for record, old in zip(records, trainer.round_start_logps(records)):
+        record["old_logps"] = old
+    trainer.train_dataset = Dataset.from_list(records)  # the dataloader is built from it in train()
+    trainer.round_importance = importance_summary(records, s.importance_sampling, s.importance_cap)
     # The printer would put every log dict on stdout, which belongs to `alight train --json`; our own step lines
     # go to the log callback instead.
     trainer.remove_callback(PrinterCallback)

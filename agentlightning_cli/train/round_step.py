@@ -47,6 +47,7 @@ class TrainReport:
     temperature: float = 1.0
     base_adapter: str | None = None
     chat_template: str | None = None
+    importance: dict[str, Any] = field(default_factory=dict)  # the round's importance weights (grpo.py)
 
     @property
     def calls_per_row(self) -> float:
@@ -57,7 +58,8 @@ class TrainReport:
                 "calls_per_row": round(self.calls_per_row, 3), "steps": self.steps, "seconds": round(self.seconds, 3),
                 "break_reasons": self.break_reasons, "dropped_groups": self.dropped_groups, "dropped": self.dropped,
                 "episodes": self.episodes, "merge_rule": self.merge_rule, "temperature": self.temperature,
-                "base_adapter": self.base_adapter, "chat_template": self.chat_template, "metrics": self.metrics}
+                "base_adapter": self.base_adapter, "chat_template": self.chat_template, "importance": self.importance,
+                "metrics": self.metrics}
 
 
 def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
@@ -161,11 +163,17 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                            temperature=temperature, rank=rank, previous_adapter=previous,
                            logging_dir=Path(store.path).parent / "logs" / "tensorboard" / f"round-{round_index}",
                            on_step=on_step))
+    imp = result.importance
+    if imp.get("tokens"):
+        log(f"  importance weights (round-start trainer vs vLLM, cap {imp['cap']:g}): mean {imp['mean']:.4f}"
+            f" min {imp['min']:.4f} max {imp['max']:.4f}, {imp['truncated']:.1%} truncated;"
+            f" mean |logp difference| {imp['logp_difference_mean']:.4f}")
     out = TrainReport(adapter_dir=Path(out_dir), rows=len(rows), calls=sum(len(r.call_ids) for r in rows),
                       steps=result.steps, seconds=time.perf_counter() - started, break_reasons=dict(report.breaks),
                       dropped_groups=dropped["zero_variance_groups"] + dropped["single_episode_groups"],
                       metrics=result.metrics, dropped=dict(dropped), episodes=scored.episodes, merge_rule=t.merge,
-                      temperature=temperature, base_adapter=str(previous) if previous else None, chat_template=choice)
+                      temperature=temperature, base_adapter=str(previous) if previous else None, chat_template=choice,
+                      importance=imp)
     from agentlightning_cli.store import TrainRound
 
     store.put_train_round(TrainRound(
@@ -174,7 +182,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         base_adapter=out.base_adapter, chat_template=choice,
         detail={"rank": rank, "learning_rate": t.learning_rate, "temperature": temperature, "episodes": out.episodes,
                 "loss_type": t.loss_type, "breaks": report.break_log[:200],
-                "advantages": {e: round(a, 6) for e, a in scored.advantages.items()}}))
+                "advantages": {e: round(a, 6) for e, a in scored.advantages.items()},
+                "importance": result.importance}))
     return out
 
 

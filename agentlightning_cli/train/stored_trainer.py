@@ -27,10 +27,57 @@ def importance_weights(trainer_logps: Any, vllm_logps: Any, mask: Any, mode: str
 
 
 class StoredGRPOTrainer(GRPOTrainer):
-    """Trains on rows carrying prompt_ids, completion_ids, mask (1 = sampled), logprobs (vLLM's) and advantage."""
+    """Trains on rows carrying prompt_ids, completion_ids, mask (1 = sampled), logprobs (vLLM's), advantage and
+    old_logps: the round-start policy's logprobs (round_start_logps), computed once before the first optimizer
+    step. TRL's ratio exp(logp_now - old_logps) is then 1 only at the first step, and its PPO clip bounds every
+    later step and epoch of the round; recomputing old logprobs per generation batch, as TRL does for its own
+    generations, would make the ratio 1 at every step here (each batch is trained by one optimizer step)."""
 
     is_mode = "token_truncate"
     is_cap = 3.0
+
+    def round_start_logps(self, records: list[dict[str, Any]]) -> list[list[float]]:
+        """Per row, the logprob of each completion token under the current (round-start) weights, scored as TRL
+        scores them in the loss (same forward, same temperature); eval mode, no dropout."""
+        was_training = self.model.training
+        self.model.eval()
+        out: list[list[float]] = []
+        size = self.args.per_device_train_batch_size
+        try:
+            for start in range(0, len(records), size):
+                chunk = records[start:start + size]
+                t = self._tensors(chunk)
+                logps = self._score(t)
+                out += [logps[i, :len(x["completion_ids"])].tolist() for i, x in enumerate(chunk)]
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _tensors(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        device = self.accelerator.device
+        pad_id = self.processing_class.pad_token_id or 0
+
+        def tensors(key: str, dtype: torch.dtype) -> list[torch.Tensor]:
+            return [torch.tensor(x[key], dtype=dtype, device=device) for x in inputs]
+
+        prompts = tensors("prompt_ids", torch.long)
+        completions = tensors("completion_ids", torch.long)
+        # completion_mask is attention (gaps are attended); tool_mask is the loss mask (gaps not trained)
+        return {"prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left"),
+                "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left"),
+                "completion_ids": pad(completions, padding_value=pad_id, padding_side="right"),
+                "completion_mask": pad([torch.ones_like(c) for c in completions], padding_value=0,
+                                       padding_side="right"),
+                "tool_mask": pad(tensors("mask", torch.long), padding_value=0, padding_side="right"),
+                "vllm_logps": pad(tensors("logprobs", torch.float32), padding_value=0.0, padding_side="right")}
+
+    def _score(self, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([t["prompt_ids"], t["completion_ids"]], dim=1),
+                torch.cat([t["prompt_mask"], t["completion_mask"]], dim=1), t["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size)
+        return logps
 
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
         # Each row once per epoch: groups are ours (advantages precomputed), so no repeating a prompt
@@ -42,28 +89,16 @@ class StoredGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
-        pad_id = self.processing_class.pad_token_id or 0
-
-        def tensors(key: str, dtype: torch.dtype) -> list[torch.Tensor]:
-            return [torch.tensor(x[key], dtype=dtype, device=device) for x in inputs]
-
-        prompts = tensors("prompt_ids", torch.long)
-        completions = tensors("completion_ids", torch.long)
-        prompt_ids = pad(prompts, padding_value=pad_id, padding_side="left")
-        prompt_mask = pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left")
-        completion_ids = pad(completions, padding_value=pad_id, padding_side="right")
-        # completion_mask is attention (gaps are attended); tool_mask is the loss mask (gaps not trained)
-        completion_mask = pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right")
-        tool_mask = pad(tensors("mask", torch.long), padding_value=0, padding_side="right")
-        vllm_logps = pad(tensors("logprobs", torch.float32), padding_value=0.0, padding_side="right")
+        t = self._tensors(inputs)
+        prompt_ids, prompt_mask, completion_ids = t["prompt_ids"], t["prompt_mask"], t["completion_ids"]
+        completion_mask, tool_mask, vllm_logps = t["completion_mask"], t["tool_mask"], t["vllm_logps"]
         loss_mask = completion_mask * tool_mask
         num_items_in_batch = self.accelerator.gather(loss_mask.sum()).sum()
-
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            old_logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
-                torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
-                batch_size=self.args.per_device_train_batch_size)
+        # The round-start policy's logprobs, carried with the rows (grpo.build_trainer sets them).
+        old_logps = pad([torch.tensor(x["old_logps"], dtype=torch.float32, device=device) for x in inputs],
+                        padding_value=0.0, padding_side="right")
+        # rho corrects only the engine mismatch: round-start trainer vs what vLLM sampled with; the policy's drift
+        # during the round is the PPO ratio's job (old_per_token_logps below), bounded by TRL's clip.
         rho = importance_weights(old_logps, vllm_logps, loss_mask.to(old_logps.dtype), self.is_mode, self.is_cap)
         advantage = torch.tensor([x["advantage"] for x in inputs], dtype=old_logps.dtype, device=device)
 
@@ -79,6 +114,7 @@ class StoredGRPOTrainer(GRPOTrainer):
         if trained.any():
             metrics["importance/mean"].append(rho[trained].mean().item())
             metrics["importance/min"].append(rho[trained].min().item())
+            metrics["importance/max"].append(rho[trained].max().item())
             diff = (old_logps - vllm_logps).abs()[trained]
             metrics["sampling_logp_difference/mean"].append(diff.mean().item())
         return {
@@ -88,6 +124,27 @@ class StoredGRPOTrainer(GRPOTrainer):
             "advantages": advantage[:, None] * rho,
             "old_per_token_logps": old_logps, "num_items_in_batch": num_items_in_batch,
         }
+
+
+def importance_summary(records: list[dict[str, Any]], mode: str, cap: float) -> dict[str, Any]:
+    """The round's importance weights over its trained tokens (padding rows have no calls): mean, min, max, the
+    share truncated at the cap, and the mean |logp_roundstart - logp_vllm| they come from."""
+    weights, diffs = [], []
+    for x in records:
+        if not x["calls"]:
+            continue
+        old = torch.tensor([x["old_logps"]], dtype=torch.float32)
+        vllm = torch.tensor([x["logprobs"]], dtype=torch.float32)
+        mask = torch.tensor([x["mask"]], dtype=torch.float32)
+        trained = mask.bool()
+        weights.append(importance_weights(old, vllm, mask, mode, cap)[trained])
+        diffs.append((old - vllm).abs()[trained])
+    if not weights or not sum(len(w) for w in weights):
+        return {"tokens": 0}
+    rho, diff = torch.cat(weights), torch.cat(diffs)
+    return {"tokens": len(rho), "mean": rho.mean().item(), "min": rho.min().item(), "max": rho.max().item(),
+            "truncated": (rho >= cap).float().mean().item() if mode != "none" else 0.0, "cap": cap, "mode": mode,
+            "logp_difference_mean": diff.mean().item()}
 
 
 class StepLog(TrainerCallback):
