@@ -12,7 +12,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve.template_choice import choose_template
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.train.round_step import NothingToTrain, train_round
-from train_support import new_run, record_round, small_settings
+from train_support import call_record, new_run, record_round, small_settings
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +155,15 @@ def test_alight_train_run_uses_the_model_and_row_limit_the_run_served(tmp_path: 
     assert "rows up to 25 tokens (the run's serve.max_model_len)" in result.stderr
     report = json.loads(result.stdout)
     assert report["rows"] == 8 and report["dropped"]["over_long_rows"] == 8  # each episode's second call
+
+
+def test_a_round_sampled_greedily_says_so(tmp_path: Path, tiny: Path):
+    store, run = new_run(tmp_path)
+    rnd = store.create_round(run.id, 0, "policy-r0", None)
+    for attempt in range(2):
+        ep = store.create_episode(run.id, rnd.id, "t", attempt, "h", "k")
+        store.add_call(call_record(ep.id, [1, 300, 2], [400 + attempt, 2], temperature=0.0))
+        store.update_episode(ep.id, status="done", outcome="finished", reward=float(attempt))
+    with pytest.raises(NothingToTrain, match="greedy calls: 2") as err:
+        train_round(store, run.id, 0, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
+    assert "temperature 0" in err.value.hint

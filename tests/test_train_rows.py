@@ -147,3 +147,20 @@ def test_rows_from_stored_calls_of_every_protocol(tmp_path: Path, protocol: str)
         report = build_rows(ep.id, stored, CTX)
     assert len(report.rows) == 1 and report.rows[0].call_ids == [c.id for c in stored]
     assert report.rows[0].completion_ids[-2:] == [13, 3]
+
+
+def test_greedy_calls_are_never_trained_and_stay_as_context():
+    """A call at temperature 0 is the argmax, not a sample: dropped (greedy_calls), its reply kept in the row as
+    context (mask 0) when the next call continues it; a call that sent no temperature samples at 1.0."""
+    calls = chain(3)
+    calls[1].sampling = {"temperature": 0.0}
+    calls[2].sampling = {}  # the harness sent none
+    report = build_rows("ep", calls, CTX)
+    assert report.dropped["greedy_calls"] == 1 and not report.breaks and report.calls == 2
+    (row,) = report.rows
+    gap = TOOL + GEN
+    assert row.call_ids == ["c0", "c2"] and row.temperature == 1.0
+    assert row.completion_ids == [13, 3] + gap + [13, 3] + gap + [13, 3]
+    assert row.mask == [1, 1] + [0] * (len(gap) + 2 + len(gap)) + [1, 1]  # the greedy reply is context
+    calls[0].sampling = calls[2].sampling = {"temperature": 0.0}
+    assert build_rows("ep", calls, CTX).rows == []  # all greedy: nothing trains at temperature 0

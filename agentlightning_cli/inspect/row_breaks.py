@@ -1,7 +1,7 @@
 """An episode's training rows as the trainer builds them, with where and why each row's token prefix broke.
 
 Built from the stored token ids by the trainer's own rules (train/rows.py): `usable_calls` drops error calls, calls
-without ids or logprobs and all but the last of a retried prompt; `_join` merges a call into the row when its prompt
+without ids or logprobs, greedy (temperature 0) calls and all but the last of a retried prompt; `_join` merges a call into the row when its prompt
 continues the previous call's prompt + reply (strict) or its prompt (splice, when the round trained that way); one
 row trains at one temperature. Nothing is re-tokenised.
 
@@ -20,7 +20,7 @@ from typing import Any
 from agentlightning_cli.inspect.rows import Row, Rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
 from agentlightning_cli.store import Call, Store
-from agentlightning_cli.train.rows import RowContext, _join, call_temperature, usable_calls
+from agentlightning_cli.train.rows import RowContext, _join, call_temperature, is_greedy, usable_calls
 
 _CHUNK = 512
 
@@ -46,6 +46,8 @@ def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call]) -> str:
         return "no token ids recorded"
     if call.completion_logprobs is None or len(call.completion_logprobs) != len(call.completion_token_ids):
         return "no sampling logprobs for its tokens"
+    if is_greedy(call):
+        return "sampled at temperature 0 (greedy): the argmax is not a sample of the policy, so it is never trained"
     later = next((c for c in calls if c.seq > call.seq and c.id in kept_ids), None)
     return (f"retried prompt: call {later.seq} sent the same prompt ids again and trains instead"
             if later is not None else "retried prompt")

@@ -114,6 +114,9 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
     from agentlightning_cli.train.stored_trainer import StepLog, StoredGRPOTrainer, importance_summary
 
     s = job.settings
+    if not job.temperature > 0:  # rows.usable_calls never lets a greedy call through; TRL divides logits by it
+        raise AlightError(f"cannot train at sampling temperature {job.temperature}",
+                          hint="calls sampled at temperature 0 (greedy) are not samples of the policy")
     model, tokenizer, lora = load_policy(job.base_model, job.previous_adapter, s, job.rank)
     gen_batch = s.batch_size * s.grad_accum
     rows = pad_rows(job.rows, gen_batch, tokenizer.pad_token_id or 0)

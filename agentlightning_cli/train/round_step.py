@@ -129,7 +129,10 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     if not report.rows:
         raise NothingToTrain(f"the {len(rewards)} rewarded episodes of round {round_index} have no calls with token"
                              f" ids to train on ({_counts(dropped)})",
-                             hint="calls must go through alight's proxy to a vLLM upstream that returns token ids")
+                             hint="calls sampled at temperature 0 (greedy) are never trained: sample at a temperature"
+                                  " > 0 (proxy.sampling.temperature, or the harness's own setting)"
+                             if dropped["greedy_calls"] else
+                             "calls must go through alight's proxy to a vLLM upstream that returns token ids")
     temperature, rows = _one_temperature(report.rows, dropped)
     scored = adv.group_advantages(adv.with_rows(rewards, rows, dropped), t.scale_rewards)
     dropped.update(scored.dropped)

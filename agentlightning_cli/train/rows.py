@@ -87,7 +87,10 @@ class RowReport:
 def usable_calls(calls: Sequence[Any], dropped: Counter) -> list[Any]:
     """The calls that can become rows, in order: error calls and calls without ids are dropped (and counted);
     of consecutive calls with the same prompt ids (a client retry) only the last is kept, since that is the
-    one the harness continued from."""
+    one the harness continued from. Calls sampled at temperature 0 (greedy) are never trained (`greedy_calls`):
+    their reply is the argmax, not a sample of the policy, so the policy gradient and the importance weights do not
+    apply, and the trainer would divide logits by 0. Their tokens stay in the row as context when the next call
+    continues them."""
     kept: list[Any] = []
     for call in calls:
         if call.status != "ok":
@@ -104,7 +107,15 @@ def usable_calls(calls: Sequence[Any], dropped: Counter) -> list[Any]:
             kept[-1] = call
             continue
         kept.append(call)
+    greedy = [c for c in kept if is_greedy(c)]
+    if greedy:
+        dropped["greedy_calls"] += len(greedy)
+        kept = [c for c in kept if not is_greedy(c)]
     return kept
+
+
+def is_greedy(call: Any) -> bool:
+    return call_temperature(call) <= 0.0
 
 
 def call_temperature(call: Any) -> float:
