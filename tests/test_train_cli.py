@@ -125,6 +125,7 @@ def test_alight_train_trains_the_last_round_and_prints_a_summary(tmp_path: Path,
     assert text.returncode == 0, text.stderr
     assert "rows        8 from 16 calls (2.00 calls per row, merge=strict)" in text.stdout
     assert "breaks      none" in text.stdout and "(fresh LoRA)" in text.stdout
+    assert "clip fraction " in text.stdout and "importance  mean " in text.stdout
 
 
 @pytest.mark.parametrize("command", ["run", "serve"])

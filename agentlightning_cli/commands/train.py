@@ -114,7 +114,12 @@ def render(report: TrainReport) -> str:
     ]
     if last:
         lines.append(f"last step   loss {last.get('loss', float('nan')):.4f}  reward {last.get('reward', float('nan')):.3f}"
-                     f"  tokens/s {last.get('tokens_per_s', 0):.0f}")
+                     f"  tokens/s {last.get('tokens_per_s', 0):.0f}"
+                     f"  clip fraction {last.get('clip_ratio/region_mean', 0.0):.3f}")
+    imp = report.importance
+    if imp.get("tokens"):
+        lines.append(f"importance  mean {imp['mean']:.3f}  min {imp['min']:.3f}  max {imp['max']:.3f}"
+                     f"  ({imp['truncated']:.1%} at the cap {imp['cap']:g}; round-start trainer vs vLLM)")
     lines.append(f"adapter     {report.adapter_dir}"
                  + (f" (continued from {report.base_adapter})" if report.base_adapter else " (fresh LoRA)"))
     return "\n".join(lines) + "\n"
