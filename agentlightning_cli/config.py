@@ -44,6 +44,11 @@ class ServeSettings(Section):
     """KV-cache size on CPU (vLLM cannot pick one itself there)."""
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
+    generation_config: str = "vllm"
+    """Sampling defaults for what a harness does not send: `vllm` (neutral: temperature 1, no top-p/top-k/min-p or
+    penalties, so a call samples exactly as its recorded `sampling` says), `auto` (the model's
+    generation_config.json, e.g. Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20), or a folder holding
+    a generation_config.json. vLLM's --generation-config; recorded with the run's settings."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to vLLM's server unchanged, after alight's own flags."""
     startup_timeout_s: float = 300.0

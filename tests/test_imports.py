@@ -29,7 +29,7 @@ LAYERS = {
     "commands": 1, "testing": 1, "doctor": 1,
     "rollout": 2, "train": 2, "inspect": 2,
     "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "tasks": 3, "reward": 3,
-    "store": 4, "config": 4, "config_paths": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "": 4,
+    "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "": 4,
 }
 FORBIDDEN_SIDEWAYS = {
     "harness": {"proxy", "serve"},

@@ -28,7 +28,12 @@ SETTINGS = ServeSettings(max_model_len=2048, max_lora_rank=8, max_loras=2, start
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    # Sampling defaults in the model's own file, as Qwen2.5-Instruct ships them: vLLM must not apply them
+    # (serve.generation_config `vllm`), or a call's recorded sampling would not say how it was sampled.
+    gen = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**gen, "temperature": 0.05, "top_k": 1}))
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +73,17 @@ def test_serves_the_zero_adapter_as_exactly_the_base_model(server: VLLMServer) -
     assert len(r0["choices"][0]["logprobs"]["content"]) == 8
     # B = 0: the adapter adds exactly nothing.
     assert r0["choices"][0]["token_ids"] == base["choices"][0]["token_ids"]
+
+
+def test_a_call_that_sends_no_sampling_samples_plainly_not_with_the_models_defaults(server: VLLMServer) -> None:
+    body = {"model": "policy-r0", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8,
+            "seed": 3, "logprobs": True}
+    reply = json.loads(post_json(f"{server.base_url}/v1/chat/completions", body)[1])
+    logprobs = [t["logprob"] for t in reply["choices"][0]["logprobs"]["content"]]
+    # top_k 1 from generation_config.json would make every processed logprob 0; plain sampling from a random
+    # 4k-vocabulary model gives about -8 per token.
+    assert sum(logprobs) / len(logprobs) < -1.0, logprobs
+    assert "--generation-config vllm" in server.log_path.read_text()
 
 
 def test_new_adapter_changes_output_and_unload_removes_it(server: VLLMServer, tiny: Path, tmp_path: Path) -> None:
@@ -157,11 +173,14 @@ def test_command_line_carries_alights_flags_and_gpu_settings(tiny: Path) -> None
     assert cpu[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     for flag, value in (("--max-lora-rank", "8"), ("--max-loras", "2"), ("--tool-call-parser", "hermes"),
                         ("--logprobs-mode", "processed_logprobs"), ("--kv-cache-memory-bytes", str(SETTINGS.kv_cache_bytes)),
-                        ("--port", "1234"), ("--host", "127.0.0.1"), ("--served-model-name", "base")):
+                        ("--port", "1234"), ("--host", "127.0.0.1"), ("--served-model-name", "base"),
+                        ("--generation-config", "vllm")):
         assert cpu[cpu.index(flag) + 1] == value
     assert "--enable-lora" in cpu and "--enable-auto-tool-choice" in cpu
     gpu = build_command("py", tiny, 1, SETTINGS.model_copy(update={
-        "gpu_memory_utilization": 0.8, "tensor_parallel_size": 2, "extra_args": ["--seed", "7"]}))
+        "gpu_memory_utilization": 0.8, "tensor_parallel_size": 2, "extra_args": ["--seed", "7"],
+        "generation_config": "auto"}))
+    assert gpu[gpu.index("--generation-config") + 1] == "auto"
     assert "--kv-cache-memory-bytes" not in gpu and gpu[gpu.index("--gpu-memory-utilization") + 1] == "0.8"
     assert gpu[gpu.index("--tensor-parallel-size") + 1] == "2" and gpu[-2:] == ["--seed", "7"]
     env = server_env({"PATH": "/bin"})

@@ -85,6 +85,9 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         # The trainer's importance weights compare against these: logprobs after temperature/top-p processing.
         "--logprobs-mode", "processed_logprobs",
         "--enable-prompt-tokens-details",
+        # Neutral defaults unless asked otherwise: what a call did not send is then vLLM's plain sampling, so the
+        # recorded `sampling` of each call is all the trainer needs to score its tokens as they were sampled.
+        "--generation-config", settings.generation_config,
     ]
     if settings.gpu_memory_utilization is not None:
         cmd += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
