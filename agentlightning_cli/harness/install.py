@@ -63,7 +63,8 @@ def external_layout(recipe: Recipe) -> Installed:
 
 
 def install_dir(recipe: Recipe, home: Path, version_override: str | None = None) -> Path:
-    return harnesses_home(home) / f"{recipe.name}-{pinned_version(recipe, version_override)}"
+    owner = (recipe.install.shared_with if recipe.install else None) or recipe.name
+    return harnesses_home(home) / f"{owner}-{pinned_version(recipe, version_override)}"
 
 
 def layout(recipe: Recipe, home: Path, version_override: str | None = None) -> Installed:

@@ -44,6 +44,9 @@ class Install(_Strict):
     """Node requirement for kind npm, e.g. ">=18" (checked before installing)."""
     prerequisites: list[str] = Field(default_factory=list)
     """Other programs the harness needs on PATH at run time (e.g. tmux)."""
+    shared_with: str | None = None
+    """Another recipe whose install this one uses (same package and version, other settings): one folder,
+    `<shared_with>-<version>`, installed once for both."""
 
 
 class ErrorRule(_Strict):

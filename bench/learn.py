@@ -1,0 +1,193 @@
+"""The learning proof: a real model (SmolLM2-135M-Instruct) through a real harness (mini-SWE-agent, text mode) on
+CPU, trained with `alight run --rounds R` on examples/easy/train.jsonl and evaluated on the held-out tasks
+(examples/easy/heldout.jsonl) with the base model (the round-0 adapter is zero) and with each arm's last adapter.
+
+Two arms, the same in everything but the learning rate: `learn` (train.learning_rate as given) and `control`
+(learning rate 0: rounds, rollouts, seeds and adapters as in `learn`, no weight change), so what sampling noise
+and drift alone do to the held-out score is measured, not assumed. The held-out set is never trained on, and
+nothing here is tuned on it.
+
+Reports per arm: train reward per round, held-out pass@1 and mean reward before/after, time per round split into
+rollout / training / swap, trainer tokens/s, clip fraction, importance-weight statistics; a table on stdout and
+bench/results/learn.json.
+
+    python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5]
+                          [--tasks N] [--heldout-tasks N] [--arms learn,control] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "learn.json"
+TRAIN = ROOT / "examples" / "easy" / "train.jsonl"
+HELDOUT = ROOT / "examples" / "easy" / "heldout.jsonl"
+HARNESS = "mini-swe-agent-text"
+
+
+def alight(args: list[str], env: dict[str, str], log: Path) -> dict:
+    """One `alight ... --json` as a user runs it; its JSON summary (stderr kept in `log`)."""
+    started = time.perf_counter()
+    with open(log, "w") as err:
+        out = subprocess.run([sys.executable, "-m", "agentlightning_cli", *args, "--json"], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=err, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"alight {' '.join(args)} failed (exit {out.returncode}); see {log}")
+    summary = json.loads(out.stdout)
+    summary["_seconds"] = time.perf_counter() - started
+    return summary
+
+
+def task_ids(path: Path, limit: int | None) -> list[str]:
+    ids = [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+    return ids[:limit] if limit else ids
+
+
+def held_out(summary: dict) -> dict:
+    tasks = summary["tasks"]
+    p1 = [t["pass_at_1"] for t in tasks if t["pass_at_1"] is not None]
+    mr = [t["mean_reward"] for t in tasks if t["mean_reward"] is not None]
+    return {"pass_at_1": round(sum(p1) / len(p1), 4) if p1 else None,
+            "mean_reward": round(sum(mr) / len(mr), 4) if mr else None, "seconds": round(summary["_seconds"], 1)}
+
+
+def round_stats(run_dir: Path) -> list[dict]:
+    """Per round, from the run's store: train reward, rollout seconds, and the training that followed it."""
+    from agentlightning_cli.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        run = store.list_runs()[0]
+        out = []
+        rounds = store.list_rounds(run.id)
+        for position, rnd in enumerate(rounds):
+            eps = [e for e in store.list_episodes(run_id=run.id, round_id=rnd.id) if e.status == "done"]
+            rewards = [e.reward for e in eps if e.reward is not None]
+            starts = [e.started_at for e in eps if e.started_at]
+            ends = [e.ended_at for e in eps if e.ended_at]
+            entry = {"round": rnd.index, "episodes": len(eps),
+                     "train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
+                     "solved": sum(1 for r in rewards if r >= 1.0),
+                     "rollout_s": round(max(ends) - min(starts), 1) if starts and ends else None}
+            trained = store.get_train_round(run.id, rnd.index)
+            if trained is not None:
+                steps = store.list_train_steps(run.id, rnd.index)
+                detail = trained.detail or {}
+                tps = [s.tokens_per_s for s in steps if s.tokens_per_s]
+                clip = [s.clip_fraction for s in steps if s.clip_fraction is not None]
+                entry.update({"training_s": round(trained.seconds, 1), "rows": trained.rows, "steps": trained.steps,
+                              "tokens_per_s": round(sum(tps) / len(tps), 1) if tps else None,
+                              "clip_fraction_mean": round(sum(clip) / len(clip), 4) if clip else None,
+                              "clip_fraction_max": round(max(clip), 4) if clip else None,
+                              "importance": detail.get("importance"), "dropped": trained.dropped})
+            if position + 1 < len(rounds) and ends:
+                # From the round's last episode to the next round's start: drain + training + adapter swap.
+                transition = rounds[position + 1].started_at - max(ends)
+                entry["transition_s"] = round(transition, 1)
+                if "training_s" in entry:
+                    entry["swap_s"] = round(transition - entry["training_s"], 1)
+            out.append(entry)
+        return out
+    finally:
+        store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--attempts", type=int, default=4, help="attempts per train task (the GRPO group size)")
+    ap.add_argument("--eval-attempts", type=int, default=4, help="attempts per held-out task")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-5, help="train.learning_rate of the learn arm")
+    ap.add_argument("--epochs", type=float, default=None, help="train.epochs (default: the setting's)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
+    ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
+    ap.add_argument("--arms", default="learn,control")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="alight-learn-"))
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
+    base_env.update({"ALIGHT_RUNS_DIR": str(work / "runs"), "PYTHONPATH": str(ROOT)})
+    if os.environ.get("ALIGHT_HOME"):
+        base_env["ALIGHT_HOME"] = os.environ["ALIGHT_HOME"]
+    common = ["--harness", HARNESS, "--model", "smollm2", "--seed", str(args.seed), "--concurrency",
+              str(args.concurrency)]
+    train_ids = ",".join(task_ids(TRAIN, args.tasks))
+    heldout_ids = ",".join(task_ids(HELDOUT, args.heldout_tasks))
+    results: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                 "load_at_start": os.getloadavg()[0]},
+                     "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                                "harness": HARNESS, "model": "smollm2", "train_tasks": train_ids.split(","),
+                                "heldout_tasks": heldout_ids.split(",")},
+                     "arms": {}}
+    started = time.perf_counter()
+    print(f"[learn] held-out with the base model ({args.eval_attempts} attempts per task)", file=sys.stderr)
+    base = alight(["run", "--task-set", str(HELDOUT), "--tasks", heldout_ids, "--attempts", str(args.eval_attempts),
+                   "--name", "heldout-base", *common], base_env, work / "heldout-base.log")
+    results["heldout_base"] = held_out(base)
+    for arm in args.arms.split(","):
+        env = dict(base_env, ALIGHT_TRAIN__LEARNING_RATE=str(args.lr if arm == "learn" else 0.0))
+        if args.epochs is not None:
+            env["ALIGHT_TRAIN__EPOCHS"] = str(args.epochs)
+        print(f"[learn] arm {arm}: {args.rounds} rounds on {len(train_ids.split(','))} tasks", file=sys.stderr)
+        train = alight(["run", "--task-set", str(TRAIN), "--tasks", train_ids, "--attempts", str(args.attempts),
+                        "--rounds", str(args.rounds), "--name", f"train-{arm}", *common], env, work / f"train-{arm}.log")
+        run_dir = work / "runs" / f"train-{arm}"
+        # The adapter the last round was served with (a round with nothing to train keeps the one before).
+        last = max((d for d in (run_dir / "adapters").glob("round-*") if (d / "adapter_config.json").is_file()),
+                   key=lambda d: int(d.name.split("-")[1]))
+        print(f"[learn] arm {arm}: held-out with {last.name}", file=sys.stderr)
+        after = alight(["run", "--task-set", str(HELDOUT), "--tasks", heldout_ids, "--attempts",
+                        str(args.eval_attempts), "--name", f"heldout-{arm}", *common],
+                       dict(base_env, ALIGHT_SERVE__ADAPTER=str(last)), work / f"heldout-{arm}.log")
+        rounds = round_stats(run_dir)
+        results["arms"][arm] = {"train_seconds": round(train["_seconds"], 1), "rounds": rounds,
+                                "heldout_after": held_out(after),
+                                "heldout_change_pass_at_1": _delta(held_out(after), results["heldout_base"])}
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    results["work_dir"] = str(work)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    render(results)
+
+
+def _delta(after: dict, before: dict) -> float | None:
+    if after["pass_at_1"] is None or before["pass_at_1"] is None:
+        return None
+    return round(after["pass_at_1"] - before["pass_at_1"], 4)
+
+
+def render(results: dict) -> None:
+    base = results["heldout_base"]
+    print(f"held-out, base model: pass@1 {base['pass_at_1']}  mean reward {base['mean_reward']}")
+    print(f"{'arm':8} {'round':>5} {'train reward':>12} {'solved':>6} {'rollout s':>9} {'train s':>8} "
+          f"{'swap s':>6} {'tok/s':>7} {'clip':>6} {'rho mean':>8}")
+    for arm, data in results["arms"].items():
+        for r in data["rounds"]:
+            rho = (r.get("importance") or {}).get("mean")
+            print(f"{arm:8} {r['round']:>5} {_f(r['train_reward']):>12} {r['solved']:>6} {_f(r['rollout_s']):>9} "
+                  f"{_f(r.get('training_s')):>8} {_f(r.get('swap_s')):>6} {_f(r.get('tokens_per_s')):>7} "
+                  f"{_f(r.get('clip_fraction_mean')):>6} {_f(rho):>8}")
+        after = data["heldout_after"]
+        print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change {data['heldout_change_pass_at_1']}), "
+              f"mean reward {after['mean_reward']}")
+    print(f"total {results['seconds']} s")
+
+
+def _f(value) -> str:
+    return "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+if __name__ == "__main__":
+    main()
