@@ -15,10 +15,10 @@ from agentlightning_cli.harness.install import find_python, layout, satisfies
 from agentlightning_cli.harness.outcome import judge, read_records
 
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
-           "claude-code": "anthropic-messages", "codex": "openai-responses"}
+           "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat"}
 
 
-def test_all_four_shipped_recipes_load_with_their_protocols() -> None:
+def test_all_shipped_recipes_load_with_their_protocols() -> None:
     found = recipes.available()
     assert set(SHIPPED) <= set(found)
     for name, protocol in SHIPPED.items():
@@ -113,6 +113,21 @@ def test_rendered_mini_and_openhands_files_parse(tmp_path: Path) -> None:
     recipe, ctx = _ctx("openhands", tmp_path)
     settings = json.loads(recipe.render(recipe.files["home/.openhands/agent_settings.json"], ctx))
     assert settings["llm"]["base_url"] == ctx["base_url"] and settings["llm"]["num_retries"] == 1
+
+
+def test_the_text_recipe_shares_mini_swe_agents_install_and_parses_a_small_models_reply(tmp_path: Path) -> None:
+    import re
+
+    text, mini = recipes.load("mini-swe-agent-text"), recipes.load("mini-swe-agent")
+    assert layout(text, tmp_path).dir == layout(mini, tmp_path).dir == tmp_path / "harnesses" / "mini-swe-agent-2.4.6"
+    recipe, ctx = _ctx("mini-swe-agent-text", tmp_path)
+    config = yaml.safe_load(recipe.render(recipe.files["alight-mini.yaml"], ctx))
+    assert config["model"]["model_class"] == "litellm_textbased" and recipe.command[2] == "mini_textbased.yaml"
+    assert "{{task}}" in config["agent"]["instance_template"]  # left for mini to fill, not alight's renderer
+    regex = config["model"]["action_regex"]  # mini applies it with re.findall(..., re.DOTALL)
+    assert re.findall(regex, "Let me see.\n```bash\nls -la\n```\nthen\n```\npwd\n```", re.DOTALL) == ["ls -la"]
+    assert re.findall(regex, "```mswea_bash_command\necho hi > a.txt\n```", re.DOTALL) == ["echo hi > a.txt"]
+    assert re.findall(regex, "I would run ls.", re.DOTALL) == []
 
 
 def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
