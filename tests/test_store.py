@@ -92,10 +92,9 @@ def test_runs_rounds_and_episodes_round_trip(tmp_path: Path):
 def test_episode_ids_sort_by_creation(tmp_path: Path):
     with Store.open(tmp_path) as store:
         ids = []
-        for _ in range(3):
+        for _ in range(50):  # many within one millisecond: the order holds there too
             ids.append(store.create_episode(None, None, None, 0, None, "k").id)
-            time.sleep(0.002)
-    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert ids == sorted(ids) and len(set(ids)) == 50
 
 
 def test_episode_key_is_checked_and_only_its_hash_is_stored(tmp_path: Path):
@@ -244,3 +243,24 @@ def test_json_fields_keep_what_a_fast_encoder_would_change(tmp_path: Path):
         ep = store.create_episode(None, None, None, 1, None, "k")
         store.add_call(record(ep.id, sampling={"temperature": float("nan")}))
         assert math.isnan(store.get_calls(ep.id)[0].sampling["temperature"])
+
+
+def test_ids_made_within_one_millisecond_sort_in_creation_order() -> None:
+    import threading
+
+    from agentlightning_cli.store.ids import new_id
+
+    made: list[list[str]] = [[] for _ in range(4)]
+
+    def mint(out: list[str]) -> None:
+        out.extend(new_id("ep") for _ in range(5000))
+
+    threads = [threading.Thread(target=mint, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for out in made:  # thousands per millisecond: ORDER BY id must still be each thread's creation order
+        assert out == sorted(out)
+    every = [i for out in made for i in out]
+    assert len(set(every)) == len(every)
