@@ -8,7 +8,8 @@ and drift alone do to the held-out score is measured, not assumed. The held-out 
 nothing here is tuned on it.
 
 Reports per arm: train reward per round, held-out pass@1 and mean reward before/after, time per round split into
-rollout / training / swap, trainer tokens/s, clip fraction, importance-weight statistics; a table on stdout and
+rollout / training / swap, trainer tokens/s, clip fraction, importance-weight statistics, and why calls did not
+merge into one row (prefix breaks per 100 calls by kind, on this real traffic); a table on stdout and
 bench/results/learn.json.
 
     python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5]
@@ -101,6 +102,30 @@ def round_stats(run_dir: Path) -> list[dict]:
         store.close()
 
 
+def break_stats(run_dir: Path, merge: str = "strict") -> dict:
+    """Why consecutive calls did not merge into one row, per 100 calls, by kind (`retokenised`, `template`,
+    `edited`, `other`), over every episode of the run: the trainer's own row builder on the recorded traffic."""
+    from transformers import AutoTokenizer
+
+    from agentlightning_cli.run_snapshot import served_model
+    from agentlightning_cli.store import Store
+    from agentlightning_cli.train.round_step import collect_rows, row_context
+
+    store = Store.open(run_dir)
+    try:
+        run = store.list_runs()[0]
+        tokenizer = AutoTokenizer.from_pretrained(served_model(run.config), local_files_only=True)
+        episodes = [e.id for e in store.list_episodes(run_id=run.id)]
+        report = collect_rows(store, episodes, row_context(tokenizer, None), merge)
+        calls = sum(len(store.get_calls(e)) for e in episodes)
+    finally:
+        store.close()
+    return {"merge": merge, "episodes": len(episodes), "calls": calls, "rows": len(report.rows),
+            "breaks": dict(report.breaks),
+            "breaks_per_100_calls": {k: round(100 * v / calls, 1) for k, v in report.breaks.items()} if calls else {},
+            "dropped": dict(report.dropped)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -153,6 +178,7 @@ def main() -> None:
                        dict(base_env, ALIGHT_SERVE__ADAPTER=str(last)), work / f"heldout-{arm}.log")
         rounds = round_stats(run_dir)
         results["arms"][arm] = {"train_seconds": round(train["_seconds"], 1), "rounds": rounds,
+                                "breaks": break_stats(run_dir),
                                 "heldout_after": held_out(after),
                                 "heldout_change_pass_at_1": _delta(held_out(after), results["heldout_base"])}
     results["seconds"] = round(time.perf_counter() - started, 1)
@@ -179,6 +205,9 @@ def render(results: dict) -> None:
             print(f"{arm:8} {r['round']:>5} {_f(r['train_reward']):>12} {r['solved']:>6} {_f(r['rollout_s']):>9} "
                   f"{_f(r.get('training_s')):>8} {_f(r.get('swap_s')):>6} {_f(r.get('tokens_per_s')):>7} "
                   f"{_f(r.get('clip_fraction_mean')):>6} {_f(rho):>8}")
+        b = data["breaks"]
+        print(f"{arm:8} prefix breaks per 100 calls ({b['calls']} calls, {b['rows']} rows): "
+              f"{b['breaks_per_100_calls'] or 'none'}")
         after = data["heldout_after"]
         print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change {data['heldout_change_pass_at_1']}), "
               f"mean reward {after['mean_reward']}")
