@@ -75,3 +75,28 @@ def read_store(run_dir: Path) -> tuple[Any, list[Any]]:
 
     store = Store.open(run_dir)
     return store, store.list_episodes()
+
+
+SCRIPT_RECIPE = """\
+name: {name}
+description: {description}
+protocol: openai-chat
+command: {command}
+env:
+  OPENAI_BASE_URL: "{{{{ base_url }}}}"
+  OPENAI_API_KEY: "{{{{ api_key }}}}"
+timeout_s: 60
+outcome:
+  format: jsonl
+  require: {{event: finished}}
+{extra}"""
+
+
+def script_recipe(folder: Path, name: str, command: list[str], description: str = "a script agent",
+                  extra: str = "") -> Path:
+    """An external recipe (no `install`) at folder/NAME.yaml running `command`, a script agent that reads the
+    episode's URL and key from OPENAI_BASE_URL / OPENAI_API_KEY and reports {"event": "finished"} on stdout."""
+    path = folder / f"{name}.yaml"
+    path.write_text(SCRIPT_RECIPE.format(name=name, description=description, command=json.dumps(command),
+                                         extra=extra))
+    return path

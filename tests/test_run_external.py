@@ -25,19 +25,6 @@ if EDIT:
     open("calc.py", "w").write(text.replace("a - b", "a + b"))
 print(json.dumps({"event": "finished", "answer": answer}))
 '''
-RECIPE = """\
-name: {name}
-description: a script agent kept next to the task set
-protocol: openai-chat
-command: ["{program}", "{{{{ prompt_file }}}}"]
-env:
-  OPENAI_BASE_URL: "{{{{ base_url }}}}"
-  OPENAI_API_KEY: "{{{{ api_key }}}}"
-timeout_s: 60
-outcome:
-  format: jsonl
-  require: {{event: finished}}
-"""
 
 
 def _recipe(folder, name: str, edit: bool | None):
@@ -46,9 +33,7 @@ def _recipe(folder, name: str, edit: bool | None):
         path = folder / f"{name}.py"
         path.write_text(AGENT.replace("EDIT", "True" if edit else "False"))
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    recipe = folder / f"{name}.yaml"
-    recipe.write_text(RECIPE.format(name=name, program=program))
-    return recipe
+    return rs.script_recipe(folder, name, [program, "{{ prompt_file }}"], "a script agent kept next to the task set")
 
 
 @pytest.mark.parametrize("name, edit, reward, outcome", [

@@ -46,19 +46,6 @@ open("calc.py", "w").write("def add(a, b):\\n    return a + b\\n")
 print(json.dumps({"event": "finished", "answer": answer, "read": read, "list": listed, "prefix": sys.prefix,
                   "cwd": os.getcwd()}))
 '''
-RECIPE = """\
-name: probe
-description: a probe agent kept at the project's root
-protocol: openai-chat
-command: {command}
-env:
-  OPENAI_BASE_URL: "{{{{ base_url }}}}"
-  OPENAI_API_KEY: "{{{{ api_key }}}}"
-timeout_s: 60
-outcome:
-  format: jsonl
-  require: {{event: finished}}
-{extra}"""
 
 
 def _project(tmp_path: Path) -> dict[str, Path]:
@@ -80,9 +67,7 @@ def _write_probe(root: Path, targets: dict) -> Path:
 
 def _recipe(root: Path, command: list[str], read_only: list[str] | None = None) -> Path:
     extra = f"sandbox: {{read_only: {json.dumps(read_only)}}}\n" if read_only is not None else ""
-    path = root / "probe.yaml"
-    path.write_text(RECIPE.format(command=json.dumps(command), extra=extra))
-    return path
+    return rs.script_recipe(root, "probe", command, "a probe agent kept at the project's root", extra)
 
 
 def _run(p: dict[str, Path], recipe: Path, *extra: str, upstream: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
