@@ -25,12 +25,8 @@ def runtime_roots(install_dir: Path) -> list[Path]:
     """The install folder plus the prefixes of the interpreters it links to (outside the system folders)."""
     install_dir = Path(install_dir)
     roots = [install_dir, Path(os.path.realpath(install_dir))]
-    cfg = install_dir / "venv" / "pyvenv.cfg"
-    if cfg.is_file():
-        for line in cfg.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "home" and value.strip():
-                roots.append(_prefix(Path(os.path.realpath(value.strip())) / "python"))
+    if (install_dir / "venv" / "pyvenv.cfg").is_file():
+        roots += _venv_base(install_dir / "venv")
     for bin_dir in (install_dir / "venv" / "bin", install_dir / "node_modules" / ".bin"):
         if not bin_dir.is_dir():
             continue
@@ -91,6 +87,7 @@ def _is_interpreter(real: Path) -> bool:
 
 
 def _venv_base(venv: Path) -> list[Path]:
+    """The prefix of the Python a virtualenv was made from (pyvenv.cfg's `home`), often pyenv's under HOME."""
     for line in (venv / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
