@@ -151,3 +151,36 @@ def test_the_ppo_clip_bounds_later_epochs_against_the_round_start_policy(tmp_pat
     importance = store.get_train_round(run.id, 0).detail["importance"]
     assert importance == report.importance and importance["tokens"] == 16 * 7  # every sampled token, once
     assert 0 < importance["min"] <= importance["mean"] <= importance["max"] <= 3.0
+
+
+def test_a_round_sampled_under_the_models_generation_config_trains_with_its_filters(tmp_path: Path, tiny: Path):
+    """vLLM ran with --generation-config FOLDER (or auto): unsent keys took its values, so the rows are scored and
+    trained under top_p/top_k (the loss's own logprobs too, not only the round-start ones); a repetition penalty
+    there leaves every call out, and the error says why."""
+    from agentlightning_cli.store import Store
+    from agentlightning_cli.train.round_step import NothingToTrain
+
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    (folder / "generation_config.json").write_text(json.dumps({"temperature": 0.7, "top_p": 0.9, "top_k": 40}))
+    store = Store.open(tmp_path / "runs" / "r")
+    run = store.create_run("r", {"settings": {"serve": {"model": str(tiny), "generation_config": str(folder)}}})
+    record_round(store, run.id, 0)
+    for ep in store.list_episodes(run_id=run.id):
+        for c in store.get_calls(ep.id):
+            assert c.sampling == {"temperature": 1.0}  # record_round sends temperature 1.0: it wins
+    lines: list[str] = []
+    report = train_round(store, run.id, 0, base_model=tiny, settings=small_settings(batch_size=2),
+                         out_dir=tmp_path / "a0", log=lines.append)
+    assert report.temperature == 1.0 and report.steps == 2
+    assert all(m["loss"] == m["loss"] for m in report.metrics)  # finite through the filtered forward
+    assert any("generation_config.json" in line and "top_k 40" in line for line in lines), lines
+    assert any("top_p=0.9 top_k=40 (scored as vLLM sampled)" in line for line in lines), lines
+    detail = store.list_train_rounds(run.id)[0].detail
+    assert detail["sampling"] == {"top_p": 0.9, "top_k": 40, "min_p": 0.0}
+
+    (folder / "generation_config.json").write_text(json.dumps({"repetition_penalty": 1.05}))
+    with pytest.raises(NothingToTrain) as err:
+        train_round(store, run.id, 0, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a1",
+                    log=lambda m: None)
+    assert "penalised calls: 16" in str(err.value) and "penalty" in err.value.hint

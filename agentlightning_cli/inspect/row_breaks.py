@@ -20,7 +20,8 @@ from typing import Any
 from agentlightning_cli.inspect.rows import Row, Rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
 from agentlightning_cli.store import Call, Store
-from agentlightning_cli.train.rows import RowContext, _join, call_temperature, is_greedy, usable_calls
+from agentlightning_cli.train.rows import RowContext, _join, call_sampling, call_temperature, is_greedy, usable_calls
+from agentlightning_cli.train.sampling import is_penalised
 
 _CHUNK = 512
 
@@ -48,6 +49,8 @@ def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call]) -> str:
         return "no sampling logprobs for its tokens"
     if is_greedy(call):
         return "sampled at temperature 0 (greedy): the argmax is not a sample of the policy, so it is never trained"
+    if is_penalised(call_sampling(call)):
+        return "sampled with a presence/frequency/repetition penalty: its logprobs are not the policy's, never trained"
     later = next((c for c in calls if c.seq > call.seq and c.id in kept_ids), None)
     return (f"retried prompt: call {later.seq} sent the same prompt ids again and trains instead"
             if later is not None else "retried prompt")

@@ -14,6 +14,9 @@ Importance weights: rho = min(exp(logp_roundstart - logp_vllm), importance_cap) 
 correcting only the engine mismatch (trainer vs vLLM at the same weights), folded into the (B, T) advantages.
 Exact, because every clipped surrogate TRL offers is positively homogeneous in A. Reported per round
 (train_rounds.detail.importance: mean, min, max, share truncated).
+Sampling as sampled: the trainer divides logits by the rows' temperature (TRL's fused head) and, when vLLM also
+applied top_p/top_k/min_p, scores every logprob (round-start and in the loss) under vLLM's processed distribution
+(train/sampling.py, StoredGRPOTrainer._get_per_token_logps_and_entropies); calls with penalties never reach rows.
 Heavy imports (torch, trl, peft) happen inside functions only.
 """
 
@@ -149,6 +152,7 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
         train_dataset=Dataset.from_list(records), callbacks=[log],
     )
     trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
+    trainer.filters = row_filters(job.rows)  # scored as vLLM sampled: temperature, then these (train/sampling.py)
     for record, old in zip(records, trainer.round_start_logps(records)):
         record["old_logps"] = old
     trainer.train_dataset = Dataset.from_list(records)  # the dataloader is built from it in train()
@@ -157,6 +161,16 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
     # go to the log callback instead.
     trainer.remove_callback(PrinterCallback)
     return trainer, log
+
+
+def row_filters(rows: list[Any]) -> tuple[float, int, float]:
+    """(top_p, top_k, min_p) the rows were sampled with, after the temperature: one per round (round_step keeps
+    the most common), since the trainer scores every row under one distribution."""
+    found = {(r.top_p, r.top_k, r.min_p) for r in rows}
+    if len(found) > 1:
+        raise AlightError(f"rows sampled with different top_p/top_k/min_p cannot train together: {sorted(found)}",
+                          hint="train.round_step keeps the most common setting; call train_round")
+    return found.pop() if found else (1.0, 0, 0.0)
 
 
 def _report_to() -> list[str]:

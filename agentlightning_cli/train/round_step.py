@@ -20,6 +20,10 @@ from agentlightning_cli.train.rows import RowContext, RowReport, build_rows
 # Metrics TRL (and our trainer) log -> TrainStep columns.
 _STEP_FIELDS = {"loss": "loss", "reward": "reward_mean", "reward_std": "reward_std",
                 "clip_ratio/region_mean": "clip_fraction", "grad_norm": "grad_norm", "tokens_per_s": "tokens_per_s"}
+# Calls never trained by rule (their tokens stay as context when a later call continues them), and why.
+_LEFT_OUT = {"greedy_calls": "sampled at temperature 0, the argmax is not a sample of the policy",
+             "penalised_calls": "sampled with a presence/frequency/repetition penalty, whose logprobs depend on each"
+                                " token's earlier count, which the trainer does not reproduce"}
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
@@ -122,6 +126,10 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
 
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
     ctx = row_context(tokenizer, row_limit or t.max_row_tokens or settings.serve.max_model_len)
+    source, ctx.sampling_defaults = _generation_defaults(run.config, settings, base_model)
+    if ctx.sampling_defaults:
+        log(f"serve.generation_config was {source!r} for this run: vLLM applied the model's generation_config.json"
+            f" to keys a call did not send ({_settings(ctx.sampling_defaults)}), so its rows are scored with them")
     # Rows first, advantages after: a group's mean and std are over the episodes that train (an episode whose
     # calls make no row, or only rows at another temperature, is not in the loss, so not in its baseline).
     report = collect_rows(store, list(rewards), ctx, t.merge)
@@ -129,11 +137,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     if not report.rows:
         raise NothingToTrain(f"the {len(rewards)} rewarded episodes of round {round_index} have no calls with token"
                              f" ids to train on ({_counts(dropped)})",
-                             hint="calls sampled at temperature 0 (greedy) are never trained: sample at a temperature"
-                                  " > 0 (proxy.sampling.temperature, or the harness's own setting)"
-                             if dropped["greedy_calls"] else
-                             "calls must go through alight's proxy to a vLLM upstream that returns token ids")
-    temperature, rows = _one_temperature(report.rows, dropped)
+                             hint=_no_rows_hint(dropped))
+    (temperature, *filters), rows = _one_sampling(report.rows, dropped)
     scored = adv.group_advantages(adv.with_rows(rewards, rows, dropped), t.scale_rewards)
     dropped.update(scored.dropped)
     if not scored.advantages:
@@ -146,7 +151,11 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     choice = _template_choice(Path(store.path).parent, run.config or {})
     log(f"training round {round_index}: {len(rows)} rows from {sum(len(r.call_ids) for r in rows)} calls of"
         f" {scored.episodes} episodes ({scored.groups} groups), merge={t.merge}, temperature={temperature},"
+        f"{_filters_note(filters)}"
         f" LoRA rank {rank}{', continuing ' + str(previous) if previous else ''}")
+    for key, why in _LEFT_OUT.items():
+        if dropped[key]:
+            log(f"  left out {dropped[key]} {key.replace('_', ' ')}: {why}")
     store.clear_train_steps(run.id, round_index)
 
     def on_step(entry: dict[str, Any]) -> None:
@@ -184,21 +193,59 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         merge_rule=t.merge, break_reasons=out.break_reasons, dropped=out.dropped, adapter_dir=str(out_dir),
         base_adapter=out.base_adapter, chat_template=choice,
         detail={"rank": rank, "learning_rate": t.learning_rate, "temperature": temperature, "episodes": out.episodes,
+                "sampling": dict(zip(("top_p", "top_k", "min_p"), filters)),
+                "generation_defaults": ctx.sampling_defaults,
                 "loss_type": t.loss_type, "breaks": report.break_log[:200],
                 "advantages": {e: round(a, 6) for e, a in scored.advantages.items()},
                 "importance": result.importance}))
     return out
 
 
-def _one_temperature(rows: list[Any], dropped: Counter) -> tuple[float, list[Any]]:
-    """The most common sampling temperature and its rows: the trainer divides logits by one temperature, so rows
-    sampled at another would get wrong logprobs and importance weights. Others are dropped and counted."""
-    counts = Counter(r.temperature for r in rows)
-    temperature = counts.most_common(1)[0][0]
-    kept = [r for r in rows if r.temperature == temperature]
-    if len(kept) < len(rows):
-        dropped["other_temperature_rows"] += len(rows) - len(kept)
-    return temperature, kept
+def _one_sampling(rows: list[Any], dropped: Counter) -> tuple[tuple[float, float, int, float], list[Any]]:
+    """The most common (temperature, top_p, top_k, min_p) and its rows: the trainer scores a round under one
+    distribution, so rows sampled under another would get wrong logprobs and importance weights. Others are
+    dropped and counted (other_temperature_rows, or other_sampling_rows when only the filters differ)."""
+    key = Counter(r.sampling for r in rows).most_common(1)[0][0]
+    kept = [r for r in rows if r.sampling == key]
+    for r in rows:
+        if r.sampling != key:
+            dropped["other_temperature_rows" if r.temperature != key[0] else "other_sampling_rows"] += 1
+    return key, kept
+
+
+def _generation_defaults(config: dict[str, Any] | None, settings: Any, base_model: Path) -> tuple[str, dict]:
+    """(serve.generation_config the run's vLLM ran with, the defaults it applied to unsent keys). A snapshot with a
+    serve layer but no generation_config is from before vLLM got the flag: it ran with vLLM's own default, auto.
+    No snapshot (a run served elsewhere): the current setting. `auto` reads the served model's directory."""
+    from agentlightning_cli.run_snapshot import served_model, settings_of
+    from agentlightning_cli.train.sampling import generation_defaults
+
+    serve = settings_of(config).get("serve")
+    source = (serve.get("generation_config") or "auto") if serve else settings.serve.generation_config
+    model = served_model(config)
+    folder = model if model and Path(model).is_dir() else base_model
+    return source, generation_defaults(source, folder)
+
+
+def _no_rows_hint(dropped: Counter) -> str:
+    if dropped["greedy_calls"]:
+        return ("calls sampled at temperature 0 (greedy) are never trained: sample at a temperature > 0"
+                " (proxy.sampling.temperature, or the harness's own setting)")
+    if dropped["penalised_calls"]:
+        return ("calls sampled with a presence, frequency or repetition penalty are never trained (vLLM's logprobs"
+                " then depend on each token's earlier count, which the trainer does not reproduce): send none, and"
+                " keep serve.generation_config at vllm if the model's generation_config.json sets one")
+    return "calls must go through alight's proxy to a vLLM upstream that returns token ids"
+
+
+def _filters_note(filters: Any) -> str:
+    top_p, top_k, min_p = filters
+    parts = [f"top_p={top_p}" if top_p < 1 else "", f"top_k={top_k}" if top_k else "", f"min_p={min_p}" if min_p else ""]
+    return (" " + " ".join(p for p in parts if p) + " (scored as vLLM sampled)") if any(parts) else ""
+
+
+def _settings(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.items())
 
 
 def _previous_adapter(path: str | None) -> Path | None:

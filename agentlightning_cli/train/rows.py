@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlightning_cli.train.sampling import effective_sampling, filters_of, is_penalised
+
 BREAK_REASONS = ("template", "retokenised", "edited", "other")
 MERGE_RULES = ("strict", "splice")
 # Thinking blocks that chat templates drop from past assistant turns.
@@ -39,6 +41,9 @@ class RowContext:
     special_tokens: Sequence[str] = ()  # their text, removed before comparing rendered histories
     eot_ids: frozenset[int] = frozenset()  # end-of-turn ids (the splice rule cuts the gap after one)
     max_tokens: int | None = None  # rows longer than this are dropped (merging stops before reaching it)
+    # What vLLM applied to keys a call did not send: generation_config.json under --generation-config auto or a
+    # folder (sampling.generation_defaults); {} under "vllm", alight's default.
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +58,9 @@ class Row:
     call_ids: list[str] = field(default_factory=list)
     merge: str = "strict"  # the rule that merged it: "splice" once any join needed the splice rule
     temperature: float = 1.0
+    top_p: float = 1.0  # the filters vLLM applied after the temperature; the trainer applies the same
+    top_k: int = 0
+    min_p: float = 0.0
     advantage: float = 0.0  # filled in by advantages.apply
     reward: float = 0.0  # its episode's reward (for logging), filled in by advantages.apply
     weight: float = 1.0  # its loss weight (advantages.apply): splitting an episode into rows changes nothing
@@ -64,6 +72,11 @@ class Row:
     @property
     def trained_tokens(self) -> int:
         return sum(self.mask)
+
+    @property
+    def sampling(self) -> tuple[float, float, int, float]:
+        """(temperature, top_p, top_k, min_p): one row, one distribution to score its tokens under."""
+        return self.temperature, self.top_p, self.top_k, self.min_p
 
 
 @dataclass
@@ -84,13 +97,15 @@ class RowReport:
         self.break_log += other.break_log
 
 
-def usable_calls(calls: Sequence[Any], dropped: Counter) -> list[Any]:
+def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any] | None = None) -> list[Any]:
     """The calls that can become rows, in order: error calls and calls without ids are dropped (and counted);
     of consecutive calls with the same prompt ids (a client retry) only the last is kept, since that is the
     one the harness continued from. Calls sampled at temperature 0 (greedy) are never trained (`greedy_calls`):
     their reply is the argmax, not a sample of the policy, so the policy gradient and the importance weights do not
     apply, and the trainer would divide logits by 0. Their tokens stay in the row as context when the next call
-    continues them."""
+    continues them. Calls sampled with a presence, frequency or repetition penalty are not trained either
+    (`penalised_calls`): vLLM's processed logprobs then depend on every earlier token's count, which the trainer
+    does not reproduce. `defaults`: the generation_config.json values vLLM used for unsent keys."""
     kept: list[Any] = []
     for call in calls:
         if call.status != "ok":
@@ -107,20 +122,32 @@ def usable_calls(calls: Sequence[Any], dropped: Counter) -> list[Any]:
             kept[-1] = call
             continue
         kept.append(call)
-    greedy = [c for c in kept if is_greedy(c)]
+    greedy = [c for c in kept if is_greedy(c, defaults)]
     if greedy:
         dropped["greedy_calls"] += len(greedy)
-        kept = [c for c in kept if not is_greedy(c)]
+        kept = [c for c in kept if not is_greedy(c, defaults)]
+    penalised = [c for c in kept if is_penalised(call_sampling(c, defaults))]
+    if penalised:
+        dropped["penalised_calls"] += len(penalised)
+        kept = [c for c in kept if not is_penalised(call_sampling(c, defaults))]
     return kept
 
 
-def is_greedy(call: Any) -> bool:
-    return call_temperature(call) <= 0.0
+def call_sampling(call: Any, defaults: dict[str, Any] | None = None) -> dict[str, float]:
+    return effective_sampling(call.sampling, defaults)
 
 
-def call_temperature(call: Any) -> float:
-    t = (call.sampling or {}).get("temperature")
-    return 1.0 if t is None else float(t)  # vLLM samples at 1.0 when none is sent
+def is_greedy(call: Any, defaults: dict[str, Any] | None = None) -> bool:
+    return call_temperature(call, defaults) <= 0.0
+
+
+def call_temperature(call: Any, defaults: dict[str, Any] | None = None) -> float:
+    return call_sampling(call, defaults)["temperature"]  # vLLM samples at 1.0 when none is sent (and no default)
+
+
+def sampling_key(call: Any, defaults: dict[str, Any] | None = None) -> tuple[float, float, int, float]:
+    settings = call_sampling(call, defaults)
+    return (settings["temperature"], *filters_of(settings))
 
 
 def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: str = "strict") -> RowReport:
@@ -131,7 +158,8 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     row: Row | None = None
     rows: list[Row] = []
     prev = None
-    for call in usable_calls(calls, report.dropped):
+    defaults = ctx.sampling_defaults
+    for call in usable_calls(calls, report.dropped, defaults):
         prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
         joined = None
         if row is not None:
@@ -141,14 +169,16 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
                                         ctx, len(prev.prompt_token_ids))
                 report.breaks[reason] += 1
                 report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": reason})
-            elif call_temperature(call) != row.temperature:
-                joined = None  # one row trains at one temperature
-                report.dropped["temperature_splits"] += 1
+            elif sampling_key(call, defaults) != row.sampling:
+                joined = None  # one row is scored under one distribution
+                same_t = call_temperature(call, defaults) == row.temperature
+                report.dropped["sampling_splits" if same_t else "temperature_splits"] += 1
             elif ctx.max_tokens is not None and row.length + len(joined[0]) + len(comp) > ctx.max_tokens:
                 joined = None  # start afresh rather than grow a row past the limit
                 report.dropped["length_splits"] += 1
         if joined is None:
-            row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=call_temperature(call))
+            t, top_p, top_k, min_p = sampling_key(call, defaults)
+            row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=t, top_p=top_p, top_k=top_k, min_p=min_p)
             rows.append(row)
         else:
             gap, rule = joined

@@ -35,6 +35,33 @@ class StoredGRPOTrainer(GRPOTrainer):
 
     is_mode = "token_truncate"
     is_cap = 3.0
+    filters: tuple[float, int, float] = (1.0, 0, 0.0)  # (top_p, top_k, min_p) vLLM applied after the temperature
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **kwargs):
+        """TRL's fused head scores under softmax(logits / T) only. When vLLM also applied top_p/top_k/min_p, every
+        logprob the loss and the round-start scoring use comes from the same processed distribution vLLM sampled
+        from (train/sampling.py), on full logits: B x T x V floats per chunk, so only then."""
+        if self.filters == (1.0, 0, 0.0):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
+        from agentlightning_cli.train.sampling import processed_logps
+
+        top_p, top_k, min_p = self.filters
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            with self.accelerator.autocast():
+                logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
+                               use_cache=False).logits[:, :-1]
+            lp, ent = processed_logps(logits, ids[:, -logits_to_keep:], self.temperature, top_p, top_k, min_p,
+                                      entropy=compute_entropy)
+            logps.append(lp)
+            entropies.append(ent)
+        return (torch.cat(logps), torch.cat(entropies) if compute_entropy else None,
+                torch.zeros((), device=input_ids.device) if compute_aux_loss else None)
 
     def round_start_logps(self, records: list[dict[str, Any]]) -> list[list[float]]:
         """Per row, the logprob of each completion token under the current (round-start) weights, scored as TRL
