@@ -61,6 +61,42 @@ def held_out(summary: dict) -> dict:
             "mean_reward": round(sum(mr) / len(mr), 4) if mr else None, "seconds": round(summary["_seconds"], 1)}
 
 
+def heldout_from_store(run_dir: Path) -> dict:
+    """held_out() for a held-out run read back from its store (a run whose summary was not kept: --report)."""
+    from agentlightning_cli.rollout.round import final_episodes
+    from agentlightning_cli.rollout.summary import summarize
+    from agentlightning_cli.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        run = store.list_runs()[0]
+        rnd = store.list_rounds(run.id)[-1]
+        episodes = final_episodes(store, run.id, rnd.id)
+        summary = summarize(run.name, rnd.index, 1, episodes).to_json()
+        ends, starts = [e.ended_at for e in episodes if e.ended_at], [e.started_at for e in episodes if e.started_at]
+        summary["_seconds"] = (max(ends) - min(starts)) if ends and starts else 0.0
+    finally:
+        store.close()
+    return {**held_out(summary), "episodes": len(episodes)}
+
+
+def report(work: Path) -> dict:
+    """The results of a work folder's runs, read from their stores: what an interrupted benchmark got to."""
+    runs = work / "runs"
+    results: dict = {"work_dir": str(work), "rebuilt_from_stores": True, "arms": {}}
+    if (runs / "heldout-base" / "alight.db").is_file():
+        results["heldout_base"] = heldout_from_store(runs / "heldout-base")
+    for train in sorted(runs.glob("train-*")):
+        arm = train.name.removeprefix("train-")
+        entry: dict = {"rounds": round_stats(train), "breaks": break_stats(train)}
+        if (runs / f"heldout-{arm}" / "alight.db").is_file():
+            entry["heldout_after"] = heldout_from_store(runs / f"heldout-{arm}")
+            if "heldout_base" in results:
+                entry["heldout_change_pass_at_1"] = _delta(entry["heldout_after"], results["heldout_base"])
+        results["arms"][arm] = entry
+    return results
+
+
 def round_stats(run_dir: Path) -> list[dict]:
     """Per round, from the run's store: train reward, rollout seconds, and the training that followed it."""
     from agentlightning_cli.store import Store
@@ -139,7 +175,15 @@ def main() -> None:
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
     ap.add_argument("--arms", default="learn,control")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--report", type=Path, default=None, metavar="WORK_DIR",
+                    help="rebuild the results from an earlier (possibly interrupted) run's work folder and stop")
     args = ap.parse_args()
+    if args.report is not None:
+        results = report(args.report)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        render(results)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="alight-learn-"))
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
@@ -195,8 +239,9 @@ def _delta(after: dict, before: dict) -> float | None:
 
 
 def render(results: dict) -> None:
-    base = results["heldout_base"]
-    print(f"held-out, base model: pass@1 {base['pass_at_1']}  mean reward {base['mean_reward']}")
+    base = results.get("heldout_base")
+    if base:
+        print(f"held-out, base model: pass@1 {base['pass_at_1']}  mean reward {base['mean_reward']}")
     print(f"{'arm':8} {'round':>5} {'train reward':>12} {'solved':>6} {'rollout s':>9} {'train s':>8} "
           f"{'swap s':>6} {'tok/s':>7} {'clip':>6} {'rho mean':>8}")
     for arm, data in results["arms"].items():
@@ -208,10 +253,12 @@ def render(results: dict) -> None:
         b = data["breaks"]
         print(f"{arm:8} prefix breaks per 100 calls ({b['calls']} calls, {b['rows']} rows): "
               f"{b['breaks_per_100_calls'] or 'none'}")
-        after = data["heldout_after"]
-        print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change {data['heldout_change_pass_at_1']}), "
-              f"mean reward {after['mean_reward']}")
-    print(f"total {results['seconds']} s")
+        after = data.get("heldout_after")
+        if after:
+            print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change "
+                  f"{data.get('heldout_change_pass_at_1')}), mean reward {after['mean_reward']}")
+    if "seconds" in results:
+        print(f"total {results['seconds']} s")
 
 
 def _f(value) -> str:
