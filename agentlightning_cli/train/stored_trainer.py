@@ -182,6 +182,9 @@ class StepLog(TrainerCallback):
         self.on_step = on_step
         self._last = time.perf_counter()
 
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001 - transformers' signature
+        self._last = time.perf_counter()  # the first step's time excludes model loading and round-start scoring
+
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 - transformers' signature
         if not logs or "loss" not in logs:
             return

@@ -1,0 +1,99 @@
+"""Trainer throughput on CPU with a real model: one train_round (GRPO + LoRA, round-start scoring included) of
+SmolLM2-135M-Instruct on a synthetic round shaped like the learning benchmark's traffic (16 episodes in 2
+groups, 2 calls each: a ~250-token prompt, 60-token answers, 40-token observations; sampled at temperature
+0.7), once per thread count, each in its own process, side by side in one run.
+
+The token ids are random (this measures speed, not learning); tokens/s counts prompt + completion tokens per
+optimizer step, as the store's train steps do, and the first step no longer includes model loading.
+
+    python bench/trainer_cpu.py [--threads 1,2] [--model smollm2] [--batch-size 4] [--grad-accum 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "trainer_cpu.json"
+
+
+def one_round(model: str, batch_size: int, grad_accum: int) -> dict:
+    """Runs in the child process: train_round on a fresh synthetic store; its numbers as a dict."""
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.serve.policy import resolve_model
+    from agentlightning_cli.store import CallRecord, Store
+    from agentlightning_cli.train.round_step import train_round
+
+    work = Path(tempfile.mkdtemp(prefix="alight-trainer-cpu-"))
+    store = Store.open(work / "run")
+    run = store.create_run("bench", {})
+    rnd = store.create_round(run.id, 0, "policy-r0", None)
+    rng = random.Random(0)
+    for task in range(2):
+        for attempt in range(8):
+            ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
+            prompt = [1] + [rng.randrange(5, 40000) for _ in range(250)]
+            for _ in range(2):
+                answer = [rng.randrange(5, 40000) for _ in range(60)] + [2]
+                store.add_call(CallRecord(
+                    episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
+                    status="ok", http_status=200, stream=False, client_request=b'{"temperature": 0.7}',
+                    started_at=1.0, ended_at=2.0, prompt_token_ids=prompt, completion_token_ids=answer,
+                    completion_logprobs=[-3.0] * len(answer)))
+                prompt = prompt + answer + [rng.randrange(5, 40000) for _ in range(40)]
+            store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+    settings = Settings()
+    settings.train.batch_size, settings.train.grad_accum = batch_size, grad_accum
+    started = time.perf_counter()
+    report = train_round(store, run.id, 0, base_model=resolve_model(settings, model), settings=settings,
+                         out_dir=work / "adapter", log=lambda m: None)
+    steps = store.list_train_steps(run.id, 0)
+    return {"rows": report.rows, "steps": report.steps, "round_s": round(time.perf_counter() - started, 1),
+            "tokens_per_step": steps[0].extra.get("tokens") if steps else None,
+            "tokens_per_s": [round(s.tokens_per_s, 1) for s in steps]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--grad-accum", type=int, default=2)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one_round(args.model, args.batch_size, args.grad_accum)))
+        return
+    load = os.getloadavg()[0]
+    table = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT))
+        out = subprocess.run([sys.executable, __file__, "--child", "--model", args.model, "--batch-size",
+                              str(args.batch_size), "--grad-accum", str(args.grad_accum)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+        table.append({"threads": threads, **json.loads(out.stdout.strip().splitlines()[-1])})
+    base = table[0]["round_s"]
+    print(f"{'threads':>7} {'rows':>4} {'steps':>5} {'round s':>8} {'tokens/s per step':>24} {'speed-up':>8}")
+    for row in table:
+        print(f"{row['threads']:>7} {row['rows']:>4} {row['steps']:>5} {row['round_s']:>8} "
+              f"{str(row['tokens_per_s']):>24} {base / row['round_s']:>7.2f}x")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"model": args.model, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
+                                    "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                "load_at_start": load},
+                                    "rows": table}, indent=2) + "\n")
+    print(f"(load {load:.2f} at start on {os.cpu_count()} CPUs; wrote {args.out.relative_to(ROOT)})")
+
+
+if __name__ == "__main__":
+    main()
