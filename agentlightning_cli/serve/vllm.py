@@ -101,8 +101,12 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
     return cmd + list(settings.extra_args)
 
 
-def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    if cpu_lora:  # serve/cpu_lora.py, loaded by vLLM as a plugin, acts only with this set
+        from agentlightning_cli.serve.cpu_lora import ENV
+
+        env[ENV] = "1"
     env.update(
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="1",  # POST /v1/load_lora_adapter exists only with this
         HF_HUB_OFFLINE="1",                    # local directories only; never reach for the Hub
@@ -145,6 +149,10 @@ class VLLMServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def _cpu_lora(self) -> bool:
+        """Whether vLLM gets alight's single-adapter LoRA path (serve/cpu_lora.py): on CPU, unless turned off."""
+        return self.settings.cpu_lora_fast_path and is_cpu_platform(self.settings.python)
+
     def start(self, warm_up: bool = True) -> "VLLMServer":
         python = self.settings.python or sys.executable
         if self.settings.python is None and importlib.util.find_spec("vllm") is None:
@@ -162,7 +170,8 @@ class VLLMServer:
             log.flush()
             try:
                 self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=server_env(), preexec_fn=_death_signal())
+                                             env=server_env(cpu_lora=self._cpu_lora()),
+                                             preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
         self.started_at = time.monotonic()
