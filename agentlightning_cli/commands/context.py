@@ -37,9 +37,15 @@ def size_for_harness(settings: Any, recipe: Any, model: Path | None) -> None:
         raise AlightError(
             f"harness '{recipe.name}' needs a context of {need} tokens (its recipe's context_tokens), but model "
             f"{model} takes at most {limit} (config.json max_position_embeddings)",
-            "choose a model with a longer context, or another harness")
+            f"choose a model with a longer context, or another harness; if its first prompt fits, set "
+            f"harness.{recipe.name}.context_tokens (alight.yaml) or ALIGHT_HARNESS__{_env_name(recipe.name)}"
+            f"__CONTEXT_TOKENS to at most {limit}")
     if settings.serve.max_model_len < need:
         settings.serve.max_model_len = need
+
+
+def _env_name(name: str) -> str:
+    return name.upper()
 
 
 def size_for_serve(settings: Any, model: Path | None) -> list[str]:

@@ -88,8 +88,10 @@ def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
 
     recipe = load(harness)
     override = settings.harness.get(recipe.name)
-    if override is not None and override.timeout_s:
-        recipe = recipe.model_copy(update={"timeout_s": override.timeout_s})
+    if override is not None:
+        update = {key: value for key in ("timeout_s", "context_tokens")
+                  if (value := getattr(override, key)) is not None}
+        recipe = recipe.model_copy(update=update) if update else recipe
     # An external recipe (no `install`) needs nothing installed: require_installed returns where its program is.
     return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
 
