@@ -13,6 +13,7 @@ merge into one row (prefix breaks per 100 calls by kind, on this real traffic); 
 bench/results/learn.json.
 
     python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5]
+                          [--epochs N] [--batch-size N] [--grad-accum N]
                           [--tasks N] [--heldout-tasks N] [--arms learn,control] [--out FILE]
 """
 
@@ -169,7 +170,9 @@ def main() -> None:
     ap.add_argument("--eval-attempts", type=int, default=4, help="attempts per held-out task")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--lr", type=float, default=2e-5, help="train.learning_rate of the learn arm")
-    ap.add_argument("--epochs", type=float, default=None, help="train.epochs (default: the setting's)")
+    ap.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the setting's)")
+    ap.add_argument("--batch-size", type=int, default=None, help="train.batch_size (default: the setting's)")
+    ap.add_argument("--grad-accum", type=int, default=None, help="train.grad_accum (default: the setting's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
@@ -207,8 +210,9 @@ def main() -> None:
     results["heldout_base"] = held_out(base)
     for arm in args.arms.split(","):
         env = dict(base_env, ALIGHT_TRAIN__LEARNING_RATE=str(args.lr if arm == "learn" else 0.0))
-        if args.epochs is not None:
-            env["ALIGHT_TRAIN__EPOCHS"] = str(args.epochs)
+        for name in ("epochs", "batch_size", "grad_accum"):
+            if getattr(args, name) is not None:
+                env[f"ALIGHT_TRAIN__{name.upper()}"] = str(getattr(args, name))
         print(f"[learn] arm {arm}: {args.rounds} rounds on {len(train_ids.split(','))} tasks", file=sys.stderr)
         train = alight(["run", "--task-set", str(TRAIN), "--tasks", train_ids, "--attempts", str(args.attempts),
                         "--rounds", str(args.rounds), "--name", f"train-{arm}", *common], env, work / f"train-{arm}.log")

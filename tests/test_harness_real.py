@@ -5,6 +5,7 @@ The scripted model drives one shell tool call that writes out.txt, then the harn
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,23 @@ from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_
 
 pytestmark = pytest.mark.harness
 PROMPT = f"Create {OUT_FILE} containing: {OUT_TEXT}"
+# How each protocol hands a tool's result back: a chat message's role, a Messages content block's or a Responses
+# input item's type.
+TOOL_RESULT = {"openai-chat": "tool", "anthropic-messages": "tool_result", "openai-responses": "function_call_output"}
+
+
+def _roles_and_types(body: object) -> set[str]:
+    """Every `role` and `type` value anywhere in a request body."""
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found |= {str(item[k]) for k in ("role", "type") if isinstance(item.get(k), str)}
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+    return found
 
 
 @pytest.mark.parametrize("name", HARNESSES)
@@ -35,8 +53,12 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
         assert call.protocol == recipe.protocol and call.status == "ok"
         assert call.prompt_token_ids and call.completion_token_ids
         assert call.completion_logprobs and len(call.completion_logprobs) == len(call.completion_token_ids)
-    # The second call carries the tool's result: the harness really ran the command and reported back.
-    assert calls[-1].prompt_token_ids[: len(calls[0].prompt_token_ids)] != [] and len(calls[-1].prompt_token_ids) > len(calls[0].prompt_token_ids)
+    # The last call carries the tool's result in the protocol's own form (the first does not): the harness really
+    # ran the command and reported back.
+    marker = TOOL_RESULT[recipe.protocol]
+    assert marker not in _roles_and_types(json.loads(calls[0].client_request))
+    assert marker in _roles_and_types(json.loads(calls[-1].client_request)), calls[-1].client_request[:2000]
+    assert len(calls[-1].prompt_token_ids) > len(calls[0].prompt_token_ids)
     # Logs land in the run's log folder; the key never appears in the harness's argv-visible output.
     assert Path(outcome.stdout_path) == tmp_path / "run" / "logs" / "episodes" / f"{spec.episode_id}.stdout"
     assert outcome.first_call_s is not None and 0 <= outcome.first_call_s <= outcome.wall_s

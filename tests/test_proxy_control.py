@@ -36,11 +36,13 @@ async def test_pause_holds_new_requests_until_resume_and_policy_switch_applies(t
 
 
 async def test_drain_waits_for_in_flight_requests(tmp_path):
-    env = await start_env(tmp_path, FakeScript(delay_s=0.4))
+    env = await start_env(tmp_path, FakeScript(delay_s=3.0))  # long enough to be seen in flight on a busy machine
     try:
         ep, key = env.episode()
         tasks = [asyncio.create_task(post(env.url(ep), GOOD, key)) for _ in range(3)]
-        await asyncio.sleep(0.15)
+        deadline = asyncio.get_running_loop().time() + 2.5
+        while env.proxy.gate.in_flight < 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
         assert env.proxy.gate.in_flight == 3
         await env.proxy.pause()
         await asyncio.wait_for(env.proxy.drain(), 10)

@@ -24,12 +24,17 @@ AGENT = Path(sandbox_agent.__file__)
 PYTHON, PYTHON_PREFIX = forwarder_python()  # the bare interpreter: the agent needs only the standard library
 
 
-async def run_boxed(box: Sandbox, argv: list[str], cwd: Path, timeout: float = 60) -> int | None:
-    """Start argv in the sandbox, wait (killing bubblewrap on timeout), close the sandbox."""
+async def run_boxed(box: Sandbox, argv: list[str], cwd: Path, timeout: float = 60,
+                    kill_when=None) -> int | None:
+    """Start argv in the sandbox, wait (killing bubblewrap on timeout, or once `kill_when()` holds), close the
+    sandbox."""
     proc = await asyncio.create_subprocess_exec(*box.command(argv, cwd), cwd=str(cwd), **box.popen_kwargs(),
                                                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     box.started(proc.pid)
     try:
+        if kill_when is not None:
+            await wait_for(lambda: kill_when() or proc.returncode is not None, timeout)
+            raise asyncio.TimeoutError
         await asyncio.wait_for(proc.wait(), timeout)
     except asyncio.TimeoutError:
         proc.kill()
@@ -37,6 +42,16 @@ async def run_boxed(box: Sandbox, argv: list[str], cwd: Path, timeout: float = 6
     box.exit_limit(proc.returncode)
     box.close()
     return proc.returncode
+
+
+async def wait_for(condition, timeout: float) -> bool:
+    """Polls `condition` until it holds or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 def episode_dirs(tmp_path: Path, name: str) -> tuple[Path, Path]:
@@ -129,12 +144,20 @@ async def test_killing_the_sandbox_leaves_no_process_behind(tmp_path: Path) -> N
     box = Sandbox(SandboxSpec(writable=[ws, ep], read_only=[AGENT.parent, PYTHON_PREFIX]))
     marker = f"{os.getpid()}{len(str(tmp_path))}"
     argv = ["bash", "-c", f"(setsid sleep 36{marker} &); {PYTHON} -I {AGENT} '{json.dumps({'mode': 'sleep_with_daemon'})}'"]
-    await run_boxed(box, argv, ws, timeout=3)
+
+    def left() -> list[str]:
+        return [p for p in os.listdir("/proc") if p.isdigit() and (f"36{marker}" in _cmdline(p)
+                                                                    or str(AGENT) in _cmdline(p))]
+
+    def agents() -> int:  # the agent and, once it forked, its own-session daemon (bwrap's argv names it too)
+        return sum(1 for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith(f"{PYTHON} -I {AGENT}"))
+
+    # Killed once the agent has reported and its daemon is up.
+    await run_boxed(box, argv, ws, timeout=60, kill_when=lambda: (ws / "report.json").exists() and agents() >= 2)
     assert (ws / "report.json").exists(), "the agent never ran; the test proves nothing"
-    await asyncio.sleep(0.2)
-    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).find(f"36{marker}") >= 0]
-    left += [p for p in os.listdir("/proc") if p.isdigit() and str(AGENT) in _cmdline(p)]
-    assert left == []
+
+    await wait_for(lambda: not left(), 5)  # the kernel reaps a killed PID namespace asynchronously
+    assert left() == []
 
 
 def _cmdline(pid: str) -> str:
@@ -267,8 +290,8 @@ async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_san
         assert await run_boxed(box, [PYTHON, "-I", str(AGENT), json.dumps(cfg)], ws) == 0
         assert json.loads((ws / "report.json").read_text())["model"]["ok"]
         assert len(await env.calls(episode_id, 1)) == 1
-        await asyncio.sleep(0.1)
-        assert env.proxy._inbox._open == {}  # the sandbox is gone, so is the socket the proxy served for it
+        # the sandbox is gone, so is the socket the proxy served for it
+        assert await wait_for(lambda: env.proxy._inbox._open == {}, 10), env.proxy._inbox._open
     finally:
         await stop_env(env)
 
@@ -311,3 +334,26 @@ def test_a_stale_empty_episode_cgroup_of_a_gone_process_is_swept(tmp_path: Path)
     (busy / "cgroup.procs").write_text("123")  # not empty: rmdir fails, like a cgroup with processes
     _sweep_stale(tmp_path)
     assert not gone.exists() and mine.exists() and busy.exists()
+
+
+def test_the_exit_listener_stops_on_a_lasting_socket_error_and_keeps_listening_past_lost_events() -> None:
+    """ENOBUFS (a burst overflowed the buffer) is asked again; any other error (a closed socket) ends the thread
+    rather than spinning on recv. The socket stands in for the kernel's: neither error can be made on demand."""
+    import errno
+
+    from agentlightning_cli.sandbox import exits
+
+    class Failing:
+        def __init__(self) -> None:
+            self.errors = [OSError(errno.ENOBUFS, "lost"), OSError(errno.ENOBUFS, "lost"),
+                           OSError(errno.EBADF, "closed")]
+            self.calls = 0
+
+        def recv(self, size: int) -> bytes:
+            self.calls += 1
+            raise self.errors.pop(0) if self.errors else AssertionError("recv called after a lasting error")
+
+    sock = Failing()
+    listener = exits.ExitListener(sock)  # type: ignore[arg-type]
+    listener.thread.join(timeout=10)
+    assert not listener.thread.is_alive() and sock.calls == 3

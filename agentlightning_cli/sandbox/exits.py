@@ -12,6 +12,7 @@ the sandbox falls back to its PID 1's view plus the file-at-the-limit check at c
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -42,7 +43,8 @@ class ExitListener:
         self._orphaned: dict[int, tuple[str, str, int, float]] = {}  # gone parent -> (limit, signal, pid, when)
         self._watchers: dict[str, Notify] = {}
         self._lock = threading.Lock()
-        threading.Thread(target=self._run, name="sandbox-exits", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name="sandbox-exits", daemon=True)
+        self.thread.start()
 
     def watch(self, pid_ns: str, notify: Notify) -> None:
         with self._lock:
@@ -56,8 +58,14 @@ class ExitListener:
         while True:
             try:
                 data = self.sock.recv(65536)
-            except OSError:  # ENOBUFS after a burst: events were lost, keep listening
-                continue
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:  # a burst overflowed the buffer: those events are lost, keep listening
+                    continue
+                # Anything else does not go away by asking again (a closed socket): stop rather than spin. The
+                # sandbox still sees its own child's limit kills and checks the file limit at close (launch.py).
+                log.warning("sandbox: the kernel's exit notices stopped (%s); limit kills deeper in an episode's "
+                            "process tree are now seen only at its end", exc)
+                return
             offset = 0
             while offset + _HEADER + 16 <= len(data):
                 length = struct.unpack_from("I", data, offset)[0]
