@@ -14,7 +14,8 @@ bench/results/learn.json.
 
     python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5]
                           [--epochs N] [--batch-size N] [--grad-accum N]
-                          [--tasks N] [--heldout-tasks N] [--arms learn,control] [--out FILE]
+                          [--tasks N] [--heldout-tasks N] [--arms learn,control] [--control-rounds N]
+                          [--out FILE] [--report WORK_DIR]
 """
 
 from __future__ import annotations
@@ -87,9 +88,14 @@ def report(work: Path) -> dict:
     results: dict = {"work_dir": str(work), "rebuilt_from_stores": True, "arms": {}}
     if (runs / "heldout-base" / "alight.db").is_file():
         results["heldout_base"] = heldout_from_store(runs / "heldout-base")
-    for train in sorted(runs.glob("train-*")):
-        arm = train.name.removeprefix("train-")
-        entry: dict = {"rounds": round_stats(train), "breaks": break_stats(train)}
+    trained = {p.name.split("-", 1)[1] for p in runs.glob("train-*")}
+    evaluated = {p.name.split("-", 1)[1] for p in runs.glob("heldout-*")} - {"base"}
+    arms = sorted(trained | evaluated)
+    for arm in arms:
+        train = runs / f"train-{arm}"
+        entry: dict = {}
+        if (train / "alight.db").is_file():
+            entry.update(rounds=round_stats(train), breaks=break_stats(train))
         if (runs / f"heldout-{arm}" / "alight.db").is_file():
             entry["heldout_after"] = heldout_from_store(runs / f"heldout-{arm}")
             if "heldout_base" in results:
@@ -177,6 +183,10 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
     ap.add_argument("--arms", default="learn,control")
+    ap.add_argument("--control-rounds", type=int, default=None,
+                    help="rounds of the control arm (default: --rounds). Its learning rate is 0, so its adapter "
+                         "never changes: 0 runs only its held-out evaluation (a second draw of the base model), "
+                         "without the train-reward-per-round noise the full arm shows")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--report", type=Path, default=None, metavar="WORK_DIR",
                     help="rebuild the results from an earlier (possibly interrupted) run's work folder and stop")
@@ -213,22 +223,30 @@ def main() -> None:
         for name in ("epochs", "batch_size", "grad_accum"):
             if getattr(args, name) is not None:
                 env[f"ALIGHT_TRAIN__{name.upper()}"] = str(getattr(args, name))
-        print(f"[learn] arm {arm}: {args.rounds} rounds on {len(train_ids.split(','))} tasks", file=sys.stderr)
-        train = alight(["run", "--task-set", str(TRAIN), "--tasks", train_ids, "--attempts", str(args.attempts),
-                        "--rounds", str(args.rounds), "--name", f"train-{arm}", *common], env, work / f"train-{arm}.log")
-        run_dir = work / "runs" / f"train-{arm}"
-        # The adapter the last round was served with (a round with nothing to train keeps the one before).
-        last = max((d for d in (run_dir / "adapters").glob("round-*") if (d / "adapter_config.json").is_file()),
-                   key=lambda d: int(d.name.split("-")[1]))
-        print(f"[learn] arm {arm}: held-out with {last.name}", file=sys.stderr)
+        rounds_here = args.rounds if arm == "learn" or args.control_rounds is None else args.control_rounds
+        entry: dict = {}
+        eval_env = dict(base_env)
+        if rounds_here > 0:
+            print(f"[learn] arm {arm}: {rounds_here} rounds on {len(train_ids.split(','))} tasks", file=sys.stderr)
+            train = alight(["run", "--task-set", str(TRAIN), "--tasks", train_ids, "--attempts", str(args.attempts),
+                            "--rounds", str(rounds_here), "--name", f"train-{arm}", *common], env,
+                           work / f"train-{arm}.log")
+            run_dir = work / "runs" / f"train-{arm}"
+            # The adapter the last round was served with (a round with nothing to train keeps the one before).
+            last = max((d for d in (run_dir / "adapters").glob("round-*") if (d / "adapter_config.json").is_file()),
+                       key=lambda d: int(d.name.split("-")[1]))
+            eval_env["ALIGHT_SERVE__ADAPTER"] = str(last)
+            entry.update(train_seconds=round(train["_seconds"], 1), rounds=round_stats(run_dir),
+                         breaks=break_stats(run_dir))
+            print(f"[learn] arm {arm}: held-out with {last.name}", file=sys.stderr)
+        else:  # learning rate 0 leaves the zero adapter as it is: the held-out after is a second draw of the base
+            print(f"[learn] arm {arm}: held-out again with the zero adapter (no rounds)", file=sys.stderr)
         after = alight(["run", "--task-set", str(HELDOUT), "--tasks", heldout_ids, "--attempts",
-                        str(args.eval_attempts), "--name", f"heldout-{arm}", *common],
-                       dict(base_env, ALIGHT_SERVE__ADAPTER=str(last)), work / f"heldout-{arm}.log")
-        rounds = round_stats(run_dir)
-        results["arms"][arm] = {"train_seconds": round(train["_seconds"], 1), "rounds": rounds,
-                                "breaks": break_stats(run_dir),
-                                "heldout_after": held_out(after),
-                                "heldout_change_pass_at_1": _delta(held_out(after), results["heldout_base"])}
+                        str(args.eval_attempts), "--name", f"heldout-{arm}", *common], eval_env,
+                       work / f"heldout-{arm}.log")
+        entry.update(heldout_after=held_out(after),
+                     heldout_change_pass_at_1=_delta(held_out(after), results["heldout_base"]))
+        results["arms"][arm] = entry
     results["seconds"] = round(time.perf_counter() - started, 1)
     results["work_dir"] = str(work)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -249,14 +267,15 @@ def render(results: dict) -> None:
     print(f"{'arm':8} {'round':>5} {'train reward':>12} {'solved':>6} {'rollout s':>9} {'train s':>8} "
           f"{'swap s':>6} {'tok/s':>7} {'clip':>6} {'rho mean':>8}")
     for arm, data in results["arms"].items():
-        for r in data["rounds"]:
+        for r in data.get("rounds", []):
             rho = (r.get("importance") or {}).get("mean")
             print(f"{arm:8} {r['round']:>5} {_f(r['train_reward']):>12} {r['solved']:>6} {_f(r['rollout_s']):>9} "
                   f"{_f(r.get('training_s')):>8} {_f(r.get('swap_s')):>6} {_f(r.get('tokens_per_s')):>7} "
                   f"{_f(r.get('clip_fraction_mean')):>6} {_f(rho):>8}")
-        b = data["breaks"]
-        print(f"{arm:8} prefix breaks per 100 calls ({b['calls']} calls, {b['rows']} rows): "
-              f"{b['breaks_per_100_calls'] or 'none'}")
+        b = data.get("breaks")
+        if b:
+            print(f"{arm:8} prefix breaks per 100 calls ({b['calls']} calls, {b['rows']} rows): "
+                  f"{b['breaks_per_100_calls'] or 'none'}")
         after = data.get("heldout_after")
         if after:
             print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change "

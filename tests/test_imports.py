@@ -8,7 +8,7 @@ Layers (ARCHITECTURE.md, docs/contracts.md), top to bottom; an import may point 
   1  commands/, testing/ (shipped test environments sit beside the commands), doctor
   2  rollout/, train/, inspect/
   3  harness/, sandbox/, proxy/, serve/, tasks/, reward
-  4  store/, config, config_paths, errors, process, yaml_files, logs, masking, the package __init__
+  4  store/, config, config_paths, errors, process, yaml_files, logs, masking, local_http, the package __init__
 Sideways imports the design rules out: the harness knows nothing of the proxy or serving; serve knows nothing
 of the proxy; the proxy knows nothing of harnesses, tasks or serving.
 
@@ -29,7 +29,7 @@ LAYERS = {
     "commands": 1, "testing": 1, "doctor": 1,
     "rollout": 2, "train": 2, "inspect": 2,
     "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "tasks": 3, "reward": 3,
-    "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "": 4,
+    "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "local_http": 4, "": 4,
 }
 FORBIDDEN_SIDEWAYS = {
     "harness": {"proxy", "serve"},

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError
 
 TIMEOUT_S = 30.0
@@ -28,9 +29,8 @@ class Probe:
 def _request(method: str, url: str, body: dict | None = None) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback servers: never via a proxy
     try:
-        with opener.open(req, timeout=TIMEOUT_S) as resp:
+        with local_http.urlopen(req, timeout=TIMEOUT_S) as resp:
             return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")

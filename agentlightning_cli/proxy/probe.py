@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
 PROBE_TIMEOUT_S = 5.0
@@ -57,7 +58,7 @@ def probe_upstream(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> UpstreamInfo
     models_url = f"{root}/v1/models"
     request = urllib.request.Request(models_url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+        with local_http.urlopen(request, timeout=timeout_s) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
         detail = upstream_error_message(exc.read())

