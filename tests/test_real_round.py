@@ -35,7 +35,7 @@ def test_two_rounds_of_smollm2_through_mini_text_record_exact_calls_and_train_on
     out = tmp_path / "runs" / "real"
     args = ["run", "--task-set", str(tasks), "--harness", "mini-swe-agent-text", "--model", "smollm2",
             "--attempts", "2", "--concurrency", "4", "--max-turns", "2", "--rounds", "2", "--out", str(out), "--json"]
-    done = rs.alight(args, cwd=tmp_path, timeout=1500, env={"ALIGHT_TRAIN__BATCH_SIZE": "2",
+    done = rs.alight(args, cwd=tmp_path, timeout=840, env={"ALIGHT_TRAIN__BATCH_SIZE": "2",
                                                              "ALIGHT_TRAIN__GRAD_ACCUM": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)

@@ -271,3 +271,16 @@ def test_ids_made_within_one_millisecond_sort_in_creation_order() -> None:
         assert out == sorted(out)
     every = [i for out in made for i in out]
     assert len(set(every)) == len(every)
+
+
+def test_llm_call_count_leaves_out_non_llm_requests_and_reads_no_body(tmp_path: Path):
+    with Store.open(tmp_path) as store:
+        ep = store.create_episode(None, None, None, 0, None, "k")
+        other = store.create_episode(None, None, None, 1, None, "k")
+        assert store.llm_call_count(ep.id) == (0, None)
+        store.add_call(record(ep.id, protocol="other", method="HEAD", started_at=0.5))  # a harness's preflight
+        store.add_call(record(ep.id, started_at=3.0))
+        store.add_call(record(ep.id, started_at=4.0))
+        store.add_call(record(other.id, started_at=0.1))
+        assert store.llm_call_count(ep.id) == (2, 3.0)
+        assert len(store.get_calls(ep.id)) == 3

@@ -41,10 +41,7 @@ def store_call_counter(store: Any, settle_s: float = 0.1, max_wait_s: float = 5.
     byte and exited; so the count is re-read until it stays the same for `settle_s`.
     """
 
-    def read(episode_id: str) -> tuple[int, float | None]:
-        # The proxy may record non-LLM requests (e.g. Claude Code's HEAD preflight) as protocol "other".
-        calls = [c for c in store.get_calls(episode_id) if c.protocol != "other"]
-        return len(calls), min((c.started_at for c in calls), default=None)
+    read = store.llm_call_count  # one indexed count, no body or token ids decompressed
 
     def count(episode_id: str) -> tuple[int, float | None]:
         deadline = time.monotonic() + max_wait_s

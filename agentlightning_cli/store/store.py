@@ -275,6 +275,14 @@ class Store(TrainingRecords, SummaryReads):
             out.append(call_rows.row_to_call(row, prompt, bodies))
         return out
 
+    def llm_call_count(self, episode_id: str) -> tuple[int, float | None]:
+        """(calls the episode made to the model, started_at of the first), without reading any body or id:
+        requests the proxy recorded as protocol "other" (e.g. a harness's HEAD preflight) are not LLM calls."""
+        row = self._conn().execute(
+            "SELECT count(*), min(started_at) FROM calls WHERE episode_id = ? AND protocol != 'other'",
+            (codec.text_in(episode_id),)).fetchone()
+        return int(row[0]), row[1]
+
     def get_call(self, call_id: str) -> Call | None:
         conn = self._conn()
         row = conn.execute("SELECT * FROM calls WHERE id = ?", (codec.text_in(call_id),)).fetchone()
