@@ -1,7 +1,9 @@
-"""Trainer throughput on CPU with a real model: one train_round (GRPO + LoRA, round-start scoring included) of
-SmolLM2-135M-Instruct on a synthetic round shaped like the learning benchmark's traffic (16 episodes in 2
-groups, 2 calls each: a ~250-token prompt, 60-token answers, 40-token observations; sampled at temperature
-0.7), once per thread count, each in its own process, side by side in one run.
+"""Trainer throughput and memory on CPU with a real model: two train_rounds (GRPO + LoRA, round-start scoring
+included) of SmolLM2-135M-Instruct, each in a new thread as `alight run` trains between rounds, on synthetic
+rounds shaped like the learning benchmark's traffic (16 episodes in 2 groups, 2 calls each: a ~250-token
+prompt, 60-token answers, 40-token observations; sampled at temperature 0.7), once per thread count, each in
+its own process, side by side in one run. Reports the second round's speed, the peak resident memory and the
+resident memory after each round (what the next round starts from).
 
 The token ids are random (this measures speed, not learning); tokens/s counts prompt + completion tokens per
 optimizer step, as the store's train steps do, and the first step no longer includes model loading.
@@ -26,8 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "trainer_cpu.json"
 
 
-def one_round(model: str, batch_size: int, grad_accum: int) -> dict:
-    """Runs in the child process: train_round on a fresh synthetic store; its numbers as a dict."""
+def _memory_mb() -> tuple[int, int]:
+    """(resident now, peak resident) of this process, MB."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(status["VmRSS"].split()[0]) // 1024, int(status["VmHWM"].split()[0]) // 1024
+
+
+def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> dict:
+    """Runs in the child process: `rounds` train_rounds on a fresh synthetic store, each in a new thread as
+    `alight run` trains between rounds; the last round's numbers, and resident memory after every round."""
+    import threading
+
     from agentlightning_cli.config import Settings
     from agentlightning_cli.serve.policy import resolve_model
     from agentlightning_cli.store import CallRecord, Store
@@ -36,30 +47,44 @@ def one_round(model: str, batch_size: int, grad_accum: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="alight-trainer-cpu-"))
     store = Store.open(work / "run")
     run = store.create_run("bench", {})
-    rnd = store.create_round(run.id, 0, "policy-r0", None)
-    rng = random.Random(0)
-    for task in range(2):
-        for attempt in range(8):
-            ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
-            prompt = [1] + [rng.randrange(5, 40000) for _ in range(250)]
-            for _ in range(2):
-                answer = [rng.randrange(5, 40000) for _ in range(60)] + [2]
-                store.add_call(CallRecord(
-                    episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
-                    status="ok", http_status=200, stream=False, client_request=b'{"temperature": 0.7}',
-                    started_at=1.0, ended_at=2.0, prompt_token_ids=prompt, completion_token_ids=answer,
-                    completion_logprobs=[-3.0] * len(answer)))
-                prompt = prompt + answer + [rng.randrange(5, 40000) for _ in range(40)]
-            store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
     settings = Settings()
     settings.train.batch_size, settings.train.grad_accum = batch_size, grad_accum
-    started = time.perf_counter()
-    report = train_round(store, run.id, 0, base_model=resolve_model(settings, model), settings=settings,
-                         out_dir=work / "adapter", log=lambda m: None)
-    steps = store.list_train_steps(run.id, 0)
-    return {"rows": report.rows, "steps": report.steps, "round_s": round(time.perf_counter() - started, 1),
-            "tokens_per_step": steps[0].extra.get("tokens") if steps else None,
-            "tokens_per_s": [round(s.tokens_per_s, 1) for s in steps]}
+    base = resolve_model(settings, model)
+    rng = random.Random(0)
+    out: dict = {"rss_after_round_mb": []}
+    for index in range(rounds):
+        rnd = store.create_round(run.id, index, f"policy-r{index}", None)
+        for task in range(2):
+            for attempt in range(8):
+                ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
+                prompt = [1] + [rng.randrange(5, 40000) for _ in range(250)]
+                for _ in range(2):
+                    answer = [rng.randrange(5, 40000) for _ in range(60)] + [2]
+                    store.add_call(CallRecord(
+                        episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
+                        status="ok", http_status=200, stream=False, client_request=b'{"temperature": 0.7}',
+                        started_at=1.0, ended_at=2.0, prompt_token_ids=prompt, completion_token_ids=answer,
+                        completion_logprobs=[-3.0] * len(answer)))
+                    prompt = prompt + answer + [rng.randrange(5, 40000) for _ in range(40)]
+                store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+        result: dict = {}
+
+        def train(index: int = index, result: dict = result) -> None:
+            started = time.perf_counter()
+            result["report"] = train_round(store, run.id, index, base_model=base, settings=settings,
+                                           out_dir=work / f"adapter-{index}", log=lambda m: None)
+            result["seconds"] = time.perf_counter() - started
+
+        thread = threading.Thread(target=train)
+        thread.start()
+        thread.join()
+        out["rss_after_round_mb"].append(_memory_mb()[0])
+        steps = store.list_train_steps(run.id, index)
+        out.update(rows=result["report"].rows, steps=result["report"].steps, round_s=round(result["seconds"], 1),
+                   tokens_per_step=steps[0].extra.get("tokens") if steps else None,
+                   tokens_per_s=[round(s.tokens_per_s, 1) for s in steps])
+    out["peak_rss_mb"] = _memory_mb()[1]
+    return out
 
 
 def main() -> None:
@@ -83,10 +108,12 @@ def main() -> None:
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
         table.append({"threads": threads, **json.loads(out.stdout.strip().splitlines()[-1])})
     base = table[0]["round_s"]
-    print(f"{'threads':>7} {'rows':>4} {'steps':>5} {'round s':>8} {'tokens/s per step':>24} {'speed-up':>8}")
+    print(f"{'threads':>7} {'rows':>4} {'steps':>5} {'round s':>8} {'tokens/s per step':>24} {'speed-up':>8} "
+          f"{'peak MB':>8} {'MB after each round':>20}")
     for row in table:
         print(f"{row['threads']:>7} {row['rows']:>4} {row['steps']:>5} {row['round_s']:>8} "
-              f"{str(row['tokens_per_s']):>24} {base / row['round_s']:>7.2f}x")
+              f"{str(row['tokens_per_s']):>24} {base / row['round_s']:>7.2f}x {row['peak_rss_mb']:>8} "
+              f"{str(row['rss_after_round_mb']):>20}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"model": args.model, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
                                     "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
