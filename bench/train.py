@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -128,26 +129,18 @@ def merge_table(episodes: list[list]) -> dict:
 def throughput(work: Path) -> dict:
     from agentlightning_cli.config import Settings
     from agentlightning_cli.serve.tiny_model import build_tiny_model
-    from agentlightning_cli.store import CallRecord, Store
+    from agentlightning_cli.store import Store
     from agentlightning_cli.train.round_step import train_round
 
     tiny = build_tiny_model(work / "tiny")
     store = Store.open(work / "tp")
     run = store.create_run("tp", {})
-    rnd = store.create_round(run.id, 0, "policy-r0", None)
-    rng = random.Random(0)
-    for task in range(4):
-        for attempt in range(8):
-            ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
-            prompt = [1] + [rng.randrange(5, 4000) for _ in range(200)]
-            for _ in range(3):
-                comp = [rng.randrange(5, 4000) for _ in range(40)] + [2]
-                store.add_call(CallRecord(episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1",
-                                          status="ok", http_status=200, stream=False, client_request=b"{}",
-                                          started_at=1.0, ended_at=2.0, prompt_token_ids=prompt,
-                                          completion_token_ids=comp, completion_logprobs=[-8.0] * len(comp)))
-                prompt = prompt + comp + [rng.randrange(5, 4000) for _ in range(30)]
-            store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+    sys.path.insert(0, str(ROOT / "bench"))
+    from trainer_cpu import synthetic_round
+
+    # The tiny model's vocabulary is small; its answers are sampled at temperature 1.
+    synthetic_round(store, run.id, 0, random.Random(0), tasks=4, attempts=8, calls=3, prompt=200, answer=40, gap=30,
+                    vocab=4000, temperature=1.0)
     settings = Settings()
     settings.train.lora_rank, settings.train.batch_size, settings.train.grad_accum = 8, 4, 2
     report = train_round(store, run.id, 0, base_model=tiny, settings=settings, out_dir=work / "tp-adapter",
@@ -166,7 +159,6 @@ REAL_TRAFFIC = {"mini-swe-agent-text": {}, "codex": {"ALIGHT_HARNESS__CODEX__CON
 def real_traffic(work: Path, attempts: int = 2) -> dict:
     """Per harness: `alight run --model smollm2` on the easy tasks, then break statistics over its store."""
     import subprocess
-    import sys
 
     sys.path.insert(0, str(ROOT / "bench"))
     from learn import break_stats

@@ -34,6 +34,29 @@ def _memory_mb() -> tuple[int, int]:
     return int(status["VmRSS"].split()[0]) // 1024, int(status["VmHWM"].split()[0]) // 1024
 
 
+def synthetic_round(store, run_id: str, index: int, rng: random.Random, tasks: int = 2, attempts: int = 8,
+                    calls: int = 2, prompt: int = 250, answer: int = 60, gap: int = 40, vocab: int = 40000,
+                    temperature: float = 0.7) -> None:
+    """A finished round of tasks x attempts episodes with random ids, each `calls` chained calls (every prompt
+    extends the last by its answer and a `gap`), random rewards: the shape of a harness round, for speed only."""
+    from agentlightning_cli.store import CallRecord
+
+    rnd = store.create_round(run_id, index, f"policy-r{index}", None)
+    for task in range(tasks):
+        for attempt in range(attempts):
+            ep = store.create_episode(run_id, rnd.id, f"t{task}", attempt, "h", "k")
+            ids = [1] + [rng.randrange(5, vocab) for _ in range(prompt)]
+            for _ in range(calls):
+                reply = [rng.randrange(5, vocab) for _ in range(answer)] + [2]
+                store.add_call(CallRecord(
+                    episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
+                    status="ok", http_status=200, stream=False, client_request=b"{}",
+                    sampling={"temperature": temperature}, started_at=1.0, ended_at=2.0, prompt_token_ids=ids,
+                    completion_token_ids=reply, completion_logprobs=[-3.0] * len(reply)))
+                ids = ids + reply + [rng.randrange(5, vocab) for _ in range(gap)]
+            store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+
+
 def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> dict:
     """Runs in the child process: `rounds` train_rounds on a fresh synthetic store, each in a new thread as
     `alight run` trains between rounds; the last round's numbers, and resident memory after every round."""
@@ -41,7 +64,7 @@ def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> 
 
     from agentlightning_cli.config import Settings
     from agentlightning_cli.serve.policy import resolve_model
-    from agentlightning_cli.store import CallRecord, Store
+    from agentlightning_cli.store import Store
     from agentlightning_cli.train.round_step import train_round
 
     work = Path(tempfile.mkdtemp(prefix="alight-trainer-cpu-"))
@@ -53,20 +76,7 @@ def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> 
     rng = random.Random(0)
     out: dict = {"rss_after_round_mb": []}
     for index in range(rounds):
-        rnd = store.create_round(run.id, index, f"policy-r{index}", None)
-        for task in range(2):
-            for attempt in range(8):
-                ep = store.create_episode(run.id, rnd.id, f"t{task}", attempt, "h", "k")
-                prompt = [1] + [rng.randrange(5, 40000) for _ in range(250)]
-                for _ in range(2):
-                    answer = [rng.randrange(5, 40000) for _ in range(60)] + [2]
-                    store.add_call(CallRecord(
-                        episode_id=ep.id, protocol="openai-chat", method="POST", path="/v1/chat/completions",
-                        status="ok", http_status=200, stream=False, client_request=b'{"temperature": 0.7}',
-                        started_at=1.0, ended_at=2.0, prompt_token_ids=prompt, completion_token_ids=answer,
-                        completion_logprobs=[-3.0] * len(answer)))
-                    prompt = prompt + answer + [rng.randrange(5, 40000) for _ in range(40)]
-                store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
+        synthetic_round(store, run.id, index, rng)
         result: dict = {}
 
         def train(index: int = index, result: dict = result) -> None:
