@@ -32,7 +32,7 @@ async def one_episode(name: str, home: Path, work: Path) -> dict:
     from agentlightning_cli.harness import recipe as recipes
     from agentlightning_cli.testing.proxy_env import SmokeEnvironment
     from agentlightning_cli.harness.install import require_installed
-    from agentlightning_cli.testing.harness_scripts import OUT_FILE, tool_then_finish
+    from agentlightning_cli.scripted.harness_scripts import OUT_FILE, tool_then_finish
 
     recipe = recipes.load(name)
     inst = require_installed(recipe, home)

@@ -173,7 +173,7 @@ def start(cmd, cpus, ready: str, env=None) -> subprocess.Popen:
 def pair(tmp: Path, name: str, script: dict, mine, proxy_cpus, procs: list) -> dict:
     """A fake vLLM process and an `alight proxy` process in front of it."""
     (tmp / f"{name}.json").write_text(json.dumps(script))
-    fake = start([sys.executable, "-m", "agentlightning_cli.testing.fake_vllm", "--port", "0", "--script",
+    fake = start([sys.executable, "-m", "agentlightning_cli.scripted.fake_vllm", "--port", "0", "--script",
                   str(tmp / f"{name}.json")], mine, "listening")
     procs.append(fake)
     up = f"http://127.0.0.1:{fake.port}"

@@ -49,8 +49,8 @@ def task_set(root: Path, n: int) -> Path:
 
 
 def script():
-    from agentlightning_cli.testing.fake_vllm import FakeScript
-    from agentlightning_cli.testing.harness_scripts import tool_then_finish
+    from agentlightning_cli.scripted.fake_vllm import FakeScript
+    from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
     return FakeScript(reply=tool_then_finish("mini-swe-agent", FIX), served_models=["policy-r0"])
 
@@ -112,7 +112,7 @@ grep -q 'a + b' calc.py
 def alone(home: Path, work: Path, n: int, concurrency: int) -> dict:
     from agentlightning_cli.harness.install import require_installed
     from agentlightning_cli.harness.recipe import load
-    from agentlightning_cli.testing.fake_vllm import FakeVLLM
+    from agentlightning_cli.scripted.fake_vllm import FakeVLLM
 
     mini = require_installed(load("mini-swe-agent"), home).executable
     repo = work / "alone-repo"

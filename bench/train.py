@@ -39,7 +39,7 @@ HARNESSES = ("mini-swe-agent", "codex")
 
 def scripted_mini(calls: int, silent_step: int):
     """mini-SWE-agent script: `calls` shell steps (one at `silent_step` answered with text, no tool), then submit."""
-    from agentlightning_cli.testing.harness_scripts import MINI_SUBMIT, _tool_results, shell_call
+    from agentlightning_cli.scripted.harness_scripts import MINI_SUBMIT, _tool_results, shell_call
 
     def reply(body: dict) -> dict:
         messages = body.get("messages") or []
@@ -59,7 +59,7 @@ def scripted_mini(calls: int, silent_step: int):
 
 def scripted_codex(calls: int):
     """Codex script: `calls` shell steps (exec_command), then a plain answer, which ends `codex exec`."""
-    from agentlightning_cli.testing.harness_scripts import SHELL_TOOLS, _advertised, _tool_results, shell_call
+    from agentlightning_cli.scripted.harness_scripts import SHELL_TOOLS, _advertised, _tool_results, shell_call
 
     def reply(body: dict) -> dict:
         if SHELL_TOOLS["codex"].name not in _advertised(body):
@@ -100,7 +100,7 @@ async def record_episodes(work: Path, harness: str, episodes: int, calls: int) -
 def merge_table(episodes: list[list]) -> dict:
     from collections import Counter
 
-    from agentlightning_cli.testing.fake_tokens import IM_END, token_text
+    from agentlightning_cli.scripted.fake_tokens import IM_END, token_text
     from agentlightning_cli.train.rows import RowContext, build_rows, usable_calls
 
     ctx = RowContext(decode=lambda ids: "".join(token_text(i) for i in ids),

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from agentlightning_cli.testing.harness_scripts import SHELL_TOOLS, shell_call
+from agentlightning_cli.scripted.harness_scripts import SHELL_TOOLS, shell_call
 from tests.harness_support import harness_home, installed
 
 ALIGHT = [sys.executable, "-m", "agentlightning_cli"]

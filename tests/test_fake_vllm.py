@@ -13,8 +13,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from agentlightning_cli.testing import fake_tokens as tok
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted import fake_tokens as tok
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 
 HELLO = [{"role": "user", "content": "hello"}]
 TOOL_TURN = {"content": "", "tool_calls": [{"name": "ls", "arguments": {"path": "."}}]}
@@ -96,7 +96,7 @@ def test_runs_as_a_separate_process_with_a_script_file(tmp_path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": ["from the file"]}))
     port = 18000 + (int(time.time() * 1000) % 2000)
-    proc = subprocess.Popen([sys.executable, "-m", "agentlightning_cli.testing.fake_vllm", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "agentlightning_cli.scripted.fake_vllm", "--port", str(port),
                              "--script", str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert "listening" in proc.stdout.readline()

@@ -15,7 +15,7 @@ from harness_support import installed, processes_matching, processes_with_env
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.config import Budgets, ProxySettings
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.testing.harness_scripts import detect, endless, shell_call
+from agentlightning_cli.scripted.harness_scripts import detect, endless, shell_call
 
 pytestmark = pytest.mark.harness
 
@@ -96,7 +96,7 @@ async def test_provider_environment_of_the_parent_never_reaches_the_harness(tmp_
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://10.255.255.1:9")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-real-key")
     recipe, inst = installed("claude-code")
-    from agentlightning_cli.testing.harness_scripts import tool_then_finish
+    from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
     async with SmokeEnvironment(tmp_path / "run", tool_then_finish("claude-code", "env > env.txt")) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", "Dump the environment.", timeout_s=120)

@@ -9,7 +9,7 @@ import pytest
 from harness_support import HARNESSES, installed
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.testing.harness_scripts import tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
 pytestmark = pytest.mark.harness
 PORT = re.compile(r"sin6?_port=htons\((\d+)\)")

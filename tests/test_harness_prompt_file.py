@@ -14,7 +14,7 @@ import pytest
 from harness_support import installed
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
 
 pytestmark = pytest.mark.harness
 MAX_ARG_STRLEN = 32 * 4096

@@ -12,7 +12,7 @@ import pytest
 from harness_support import HARNESSES, installed
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
 
 pytestmark = pytest.mark.harness
 PROMPT = f"Create {OUT_FILE} containing: {OUT_TEXT}"
@@ -82,7 +82,7 @@ async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: 
 
 
 async def test_turn_limit_is_reported_as_finished_at_the_limit(tmp_path: Path) -> None:
-    from agentlightning_cli.testing.harness_scripts import endless
+    from agentlightning_cli.scripted.harness_scripts import endless
 
     recipe, inst = installed("claude-code")
     async with SmokeEnvironment(tmp_path / "run", endless("claude-code")) as env:

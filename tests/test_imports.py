@@ -4,13 +4,14 @@ Every import counts: module level, inside functions, and `importlib.import_modul
 constant prefix names the package it reaches into). Only `if TYPE_CHECKING:` blocks are exempt (never run).
 
 Layers (ARCHITECTURE.md, docs/contracts.md), top to bottom; an import may point down or sideways, never up:
-  0  cli, __main__
-  1  commands/, testing/ (shipped test environments sit beside the commands), doctor
+  0  testing/ (the shipped test environments stand on the product; nothing of the product imports them),
+     cli, __main__
+  1  commands/, doctor
   2  rollout/, train/, inspect/
-  3  harness/, sandbox/, proxy/, serve/, tasks/, reward
+  3  harness/, sandbox/, proxy/, serve/, scripted/ (the scripted upstream), tasks/, reward
   4  store/, config, config_paths, errors, process, yaml_files, logs, masking, local_http, the package __init__
 Sideways imports the design rules out: the harness knows nothing of the proxy or serving; serve knows nothing
-of the proxy; the proxy knows nothing of harnesses, tasks or serving.
+of the proxy; the proxy knows nothing of harnesses, tasks or serving; cli does not import testing/ either.
 
 Run directly (`python tests/test_imports.py [PACKAGE_DIR]`) to print the cycles and violations of any tree.
 """
@@ -25,13 +26,15 @@ PACKAGE = "agentlightning_cli"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 LAYERS = {
-    "cli": 0, "__main__": 0,
-    "commands": 1, "testing": 1, "doctor": 1,
+    "testing": 0, "cli": 0, "__main__": 0,
+    "commands": 1, "doctor": 1,
     "rollout": 2, "train": 2, "inspect": 2,
-    "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "tasks": 3, "reward": 3,
+    "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "scripted": 3, "tasks": 3, "reward": 3,
     "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "local_http": 4, "": 4,
 }
 FORBIDDEN_SIDEWAYS = {
+    "cli": {"testing"}, "__main__": {"testing"},
+    "scripted": {"harness", "sandbox", "proxy", "serve", "tasks", "reward"},
     "harness": {"proxy", "serve"},
     "serve": {"proxy", "harness"},
     "proxy": {"harness", "tasks", "serve", "reward"},

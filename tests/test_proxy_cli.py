@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 
 from agentlightning_cli.store import Store
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 
 
 def _free_port() -> int:

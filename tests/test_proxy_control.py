@@ -8,8 +8,8 @@ import json
 import openai
 import pytest
 
-from agentlightning_cli.testing import fake_tokens as tok
-from agentlightning_cli.testing.fake_vllm import FakeScript
+from agentlightning_cli.scripted import fake_tokens as tok
+from agentlightning_cli.scripted.fake_vllm import FakeScript
 from agentlightning_cli.testing.proxy_env import POLICY, post, start_env, stop_env
 
 HELLO = [{"role": "user", "content": "hello"}]

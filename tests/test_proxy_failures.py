@@ -15,8 +15,8 @@ import openai
 import pytest
 import zstandard
 
-from agentlightning_cli.testing import fake_tokens as tok
-from agentlightning_cli.testing.fake_vllm import FakeScript
+from agentlightning_cli.scripted import fake_tokens as tok
+from agentlightning_cli.scripted.fake_vllm import FakeScript
 from agentlightning_cli.testing.proxy_env import post, start_env, stop_env
 
 HELLO = [{"role": "user", "content": "hello"}]

@@ -20,7 +20,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.proxy import passthrough
 from agentlightning_cli.proxy.incoming import NESTING_LIMIT
 from agentlightning_cli.proxy.probe import probe_upstream, server_root
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from agentlightning_cli.testing.proxy_env import post, start_env, stop_env
 
 HELLO = [{"role": "user", "content": "hello"}]

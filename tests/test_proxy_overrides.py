@@ -7,7 +7,7 @@ import json
 import pytest
 from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
-from agentlightning_cli.testing.fake_vllm import FakeScript
+from agentlightning_cli.scripted.fake_vllm import FakeScript
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 

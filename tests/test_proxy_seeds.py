@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agentlightning_cli.proxy.control import episode_seed
-from agentlightning_cli.testing.fake_vllm import FakeScript
+from agentlightning_cli.scripted.fake_vllm import FakeScript
 from agentlightning_cli.testing.proxy_env import start_env, stop_env
 
 HI = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -16,7 +16,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import install, layout
 from agentlightning_cli.testing import script_agent
-from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 
 AGENT = Path(script_agent.__file__)

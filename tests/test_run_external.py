@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 
 AGENT = '''#!/usr/bin/env python3

@@ -11,7 +11,7 @@ from collections import Counter
 
 from agentlightning_cli.rollout import stale
 from agentlightning_cli.rollout.plan import FINAL
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 
 LOOK = "ls -aR > seen.txt; git log --all --format=%s >> seen.txt; git status --short >> seen.txt"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agentlightning_cli.proxy.control import episode_seed
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 from tests.test_run_external import _recipe
 

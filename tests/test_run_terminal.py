@@ -9,7 +9,7 @@ import re
 import subprocess
 import threading
 
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

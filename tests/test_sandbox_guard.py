@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlightning_cli.testing.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
 
 PROBE = '''#!/usr/bin/env python3

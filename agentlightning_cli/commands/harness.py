@@ -1,7 +1,7 @@
 """`alight harness list/install/check`: settings resolved, the work done, data returned (cli.py only renders).
 
-`check` runs the real harness for one scripted step through the real proxy and store (the shipped test
-environment, testing/proxy_env.py, which goes through commands/lifecycle.py)."""
+`check` runs the real harness for one scripted step through the real proxy and store (the
+smoke environment, commands/smoke_env.py, which goes through commands/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ class CheckReport:
 
 
 async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None = None, timeout_s: float = 300) -> CheckReport:
-    from agentlightning_cli.testing.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
-    from agentlightning_cli.testing.proxy_env import SMOKE_PROMPT, SmokeEnvironment
+    from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+    from agentlightning_cli.commands.smoke_env import SMOKE_PROMPT, SmokeEnvironment
 
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"alight-check-{recipe.name}-"))
     started = time.monotonic()

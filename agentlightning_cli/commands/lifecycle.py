@@ -2,7 +2,7 @@
 done or a signal; drain; stop everything in reverse order.
 
 Every command that needs store + upstream + proxy (`alight serve`, `alight proxy`, `alight harness check`, the
-rollout of `alight run`) and the shipped test environment (testing/proxy_env.py) go through here, so signal
+rollout of `alight run`) and the smoke environment (commands/smoke_env.py, which the tests use too) go through here, so signal
 handling, draining and the order of shutdown exist once.
 
 Order and why:

@@ -1,12 +1,14 @@
-"""Shipped fakes and test environments, for tests, benches, demos and `alight harness check`.
+"""Shipped test environments and fakes, for tests, benches and demos.
 
-fake_vllm.py (+ fake_chunks, fake_tokens)  a scripted upstream that speaks vLLM's wire format
-harness_scripts.py                         scripted model turns that drive each real harness
-script_agent.py                            a small stdlib-only agent an external recipe runs (no install)
-sandbox_agent.py                           a probing agent for the sandbox tests
-call_bodies.py                             call records shaped like the proxy's, built without a proxy
-proxy_env.py                               THE test environment: store + scripted (or real) upstream + proxy,
-                                           started through commands/lifecycle.py; runs harness episodes too
+proxy_env.py        THE test environment: commands/smoke_env.py's store + scripted (or real) upstream + proxy,
+                    plus start_env/stop_env and raw requests; runs harness episodes too
+script_agent.py     a small stdlib-only agent an external recipe runs (no install)
+sandbox_agent.py    a probing agent for the sandbox tests
+call_bodies.py      call records shaped like the proxy's, built without a proxy
+inspect_store.py    a store filled for the inspect tests
+one_call/           a one-call script agent recipe and its task set (the learning test)
 
-Sits at the command tier: may import commands/lifecycle.py and anything below it; never cli.py.
+The scripted upstream itself (fake_vllm and the harness scripts) is product code in scripted/: `alight harness
+check` runs on it. Sits above everything: may import any room of the product; nothing of the product imports it
+(tests/test_imports.py).
 """

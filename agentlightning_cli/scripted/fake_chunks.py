@@ -7,7 +7,7 @@ import math
 import uuid
 from typing import Any, Iterator
 
-from agentlightning_cli.testing import fake_tokens as tok
+from agentlightning_cli.scripted import fake_tokens as tok
 
 
 def _dumps(obj: Any) -> str:

@@ -8,7 +8,7 @@ Replies come from a script: a list of turns (picked by how many assistant messag
 holds, so concurrent conversations stay deterministic) or a callable(request_body) -> turn. A turn is a
 string, or {"content", "tool_calls": [{"name", "arguments"}], "reasoning", "finish_reason"}, or
 {"error": {"status", "message"}}. Run in a thread (`FakeVLLM(script).start()`) or as
-`python -m agentlightning_cli.testing.fake_vllm --port P --script FILE`.
+`python -m agentlightning_cli.scripted.fake_vllm --port P --script FILE`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from agentlightning_cli.testing import fake_tokens as tok
-from agentlightning_cli.testing.fake_chunks import chat_response, stream_events
+from agentlightning_cli.scripted import fake_tokens as tok
+from agentlightning_cli.scripted.fake_chunks import chat_response, stream_events
 
 Turn = str | dict[str, Any]
 
