@@ -61,10 +61,12 @@ def test_rows_are_the_trainers_rows_with_retries_errors_and_temperature(tmp_path
              Step(text="Done.")]
     records = conversation("ep", "openai-chat", "Fix it.", steps)
     retry = dataclasses.replace(records[1], completion_token_ids=[5, 6, 7], completion_logprobs=[-0.1, -0.2, -0.3])
+    filtered = dataclasses.replace(records[3], sampling={**records[3].sampling, "top_p": 0.9})
     hot = dataclasses.replace(records[4], sampling={**records[4].sampling, "temperature": 0.7})
     with Store.open(tmp_path) as store:
         ep = store.create_episode(None, None, None, 0, None, "k")
-        store.add_calls([dataclasses.replace(r, episode_id=ep.id) for r in [records[0], retry, *records[1:4], hot]])
+        store.add_calls([dataclasses.replace(r, episode_id=ep.id)
+                         for r in [records[0], retry, *records[1:3], filtered, hot]])
         calls = store.get_calls(ep.id)
     rows = episode_rows(calls)
     trainer = build_rows(ep.id, calls, RowContext())
@@ -73,6 +75,8 @@ def test_rows_are_the_trainers_rows_with_retries_errors_and_temperature(tmp_path
     assert rows.skipped == {1: "retried prompt: call 2 sent the same prompt ids again and trains instead",
                             3: "status upstream_error: error calls train nothing"}
     assert rows.rows[-1].calls == [5] and rows.details[rows.rows[-1].index]["where"] == "temperature"
+    assert rows.rows[-2].calls == [4] and rows.details[rows.rows[-2].index]["where"] == "sampling"
+    assert [r.split for r in trainer.rows][-2:] == ["sampling", "temperature"]
     assert first_difference([1, 2, 3], [1, 2, 4]) == 2 and first_difference(list(range(2000)), list(range(1500))) == 1500
 
 

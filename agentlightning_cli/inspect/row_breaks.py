@@ -1,9 +1,10 @@
 """An episode's training rows as the trainer builds them, with where and why each row's token prefix broke.
 
-Built from the stored token ids by the trainer's own rules (train/rows.py): `usable_calls` drops error calls, calls
-without ids or logprobs, greedy (temperature 0) calls and all but the last of a retried prompt; `_join` merges a call into the row when its prompt
-continues the previous call's prompt + reply (strict) or its prompt (splice, when the round trained that way); one
-row trains at one temperature. Nothing is re-tokenised.
+Built by the trainer's own function (train/rows.build_rows) from the stored token ids: error calls, calls without
+ids or logprobs, greedy (temperature 0) or penalised calls and all but the last of a retried prompt train nothing;
+a call joins the row when its prompt continues the previous call's prompt + reply (strict) or its prompt (splice,
+when the round trained that way); one row trains under one sampling setting and within the row limit. Nothing is
+re-tokenised.
 
 For each break it says where the ids diverge (which token; in the earlier history, in the previous reply, or the
 prompt stops short), the ids on both sides and the reply token's text when vLLM's answer was stored (tokens.py), and
@@ -14,13 +15,13 @@ train_rounds.detail["breaks"]), and what the position alone tells. rows.py is th
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from agentlightning_cli.inspect.rows import Row, Rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
 from agentlightning_cli.store import Call, Store
-from agentlightning_cli.train.rows import RowContext, _join, call_sampling, call_temperature, is_greedy, usable_calls
+from agentlightning_cli.train.rows import BREAK_REASONS, RowContext, build_rows, call_sampling, call_temperature, is_greedy
+from agentlightning_cli.train.rows import Row as TrainRow
 from agentlightning_cli.train.sampling import is_penalised
 
 _CHUNK = 512
@@ -91,60 +92,52 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
                  max_tokens: int | None = None, eot_ids: frozenset[int] = frozenset()) -> Rows:
     """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label;
     `max_tokens`: the run's row limit (train.max_row_tokens, else serve.max_model_len), None when unknown;
-    `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids)."""
+    `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids).
+    The rows are the trainer's own (train/rows.build_rows); this adds where and why each one started."""
     trainer_breaks = trainer_breaks or {}
-    kept = usable_calls(calls, Counter())
-    kept_ids = {c.id for c in kept}
+    built = build_rows("", calls, RowContext(eot_ids=eot_ids, max_tokens=max_tokens), merge).built
+    by_id = {c.id: c for c in calls}
+    kept_ids = {cid for row in built for cid in row.call_ids}
+    kept = [c for c in calls if c.id in kept_ids]
+    previous = {later.id: earlier for earlier, later in zip(kept, kept[1:])}
     skipped = {c.seq: _dropped_reason(c, kept_ids, calls) for c in calls if c.id not in kept_ids}
-    ctx = RowContext(eot_ids=eot_ids)
     rows: list[Row] = []
     details: dict[int, dict[str, Any]] = {}
-    prev: Call | None = None
-    temperature = None
     texts: dict[int, list[str] | None] = {}
-    for call in kept:
-        joined, detail = None, None
-        if prev is not None:
-            joined = _join(_RowView(), prev, list(call.prompt_token_ids), merge, ctx)
-            if joined is None:
+    for index, trained in enumerate(built):
+        first = by_id[trained.call_ids[0]]
+        row = Row(index=index, calls=[by_id[c].seq for c in trained.call_ids], tokens=trained.length,
+                  sampled=trained.trained_tokens, merge=trained.merge)
+        if trained.split is not None:
+            prev = previous[first.id]
+            if trained.split in BREAK_REASONS:
                 if prev.seq not in texts:
                     texts[prev.seq] = completion_token_texts(prev)
-                detail = _explain(prev, call, texts[prev.seq])
-                detail["trainer_reason"] = trainer_breaks.get(call.id)
-            elif call_temperature(call) != temperature:
-                joined = None
-                detail = {"previous_call": prev.seq, "where": "temperature", "trainer_reason": None,
-                          "reason": f"call {call.seq} was sampled at temperature {call_temperature(call)}, the row at"
-                                    f" {temperature}: one row trains at one temperature"}
-            elif max_tokens is not None and rows[-1].tokens + len(joined[0]) + len(call.completion_token_ids) > max_tokens:
-                joined = None  # the trainer starts afresh rather than grow a row past the limit
-                detail = {"previous_call": prev.seq, "where": "length", "trainer_reason": None,
-                          "reason": f"call {call.seq} would grow the row past {max_tokens} tokens (the run's row"
-                                    " limit): a new row starts"}
-        if joined is None:
-            row = Row(index=len(rows))
-            if detail is not None:
-                row.break_reason, row.break_matched = detail["reason"], detail.get("matched")
-                row.break_expected = detail.get("expected")
-                details[row.index] = detail
-            rows.append(row)
-            temperature = call_temperature(call)
-            row.tokens = len(call.prompt_token_ids)
-        row = rows[-1]
-        if joined is not None:
-            row.tokens += len(joined[0])
-            if joined[1] == "splice":
-                row.merge = "splice"
-        row.calls.append(call.seq)
-        row.tokens += len(call.completion_token_ids)
-        row.sampled += len(call.completion_token_ids)
-        prev = call
-    for row in rows:
-        if max_tokens is not None and row.tokens > max_tokens:
+                detail = _explain(prev, first, texts[prev.seq])
+                detail["trainer_reason"] = trainer_breaks.get(first.id)
+            else:
+                detail = {"previous_call": prev.seq, "where": trained.split, "trainer_reason": None,
+                          "reason": _split_reason(trained.split, first, built[index - 1], max_tokens)}
+            row.break_reason, row.break_matched = detail["reason"], detail.get("matched")
+            row.break_expected = detail.get("expected")
+            details[index] = detail
+        if max_tokens is not None and trained.length > max_tokens:
             row.dropped = f"longer than the run's row limit of {max_tokens} tokens: the trainer drops it (never truncates)"
+        rows.append(row)
     out = Rows(rows, skipped, merge=merge)
     out.details = details
     return out
+
+
+def _split_reason(split: str, call: Call, before: TrainRow, max_tokens: int | None) -> str:
+    """Why a call whose prompt continues the row before still starts a new one."""
+    if split == "temperature":
+        return (f"call {call.seq} was sampled at temperature {call_temperature(call)}, the row at"
+                f" {before.temperature}: one row trains at one temperature")
+    if split == "sampling":
+        return (f"call {call.seq} was sampled with other filters (top_p/top_k/min_p) than the row: one row is scored"
+                " under one distribution")
+    return f"call {call.seq} would grow the row past {max_tokens} tokens (the run's row limit): a new row starts"
 
 
 def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round_index: int | None) -> Rows:
@@ -174,7 +167,3 @@ def row_limit(run_config: dict[str, Any] | None) -> int | None:
     from agentlightning_cli.run_snapshot import row_limit as recorded_limit
 
     return recorded_limit(run_config)[0]
-
-
-class _RowView:
-    """_join looks at nothing of the row under the strict and splice rules; it takes one for its signature."""

@@ -90,12 +90,12 @@ def end_of_turn_ids(tokenizer_file: Path) -> frozenset[int]:
     """The ids the trainer's splice rule cuts after (train/round_step.row_context): the model's eos token and the
     usual end-of-turn tokens its vocabulary has, read from tokenizer.json (+ tokenizer_config.json for the eos
     token) without loading a tokenizer."""
-    from agentlightning_cli.train.round_step import _END_OF_TURN
+    from agentlightning_cli.train.rows import END_OF_TURN_TOKENS
 
     data = json.loads(tokenizer_file.read_text(encoding="utf-8"))
     known = {t["content"]: t["id"] for t in data.get("added_tokens") or [] if "content" in t and "id" in t}
     vocab = (data.get("model") or {}).get("vocab")
-    names = list(_END_OF_TURN)
+    names = list(END_OF_TURN_TOKENS)
     config = tokenizer_file.with_name("tokenizer_config.json")
     if config.is_file():
         eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")

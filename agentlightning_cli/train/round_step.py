@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.train import advantages as adv
-from agentlightning_cli.train.rows import RowContext, RowReport, build_rows
+from agentlightning_cli.train.rows import END_OF_TURN_TOKENS, RowContext, RowReport, build_rows
 
 # Metrics TRL (and our trainer) log -> TrainStep columns.
 _STEP_FIELDS = {"loss": "loss", "reward": "reward_mean", "reward_std": "reward_std",
@@ -24,7 +24,6 @@ _STEP_FIELDS = {"loss": "loss", "reward": "reward_mean", "reward_std": "reward_s
 _LEFT_OUT = {"greedy_calls": "sampled at temperature 0, the argmax is not a sample of the policy",
              "penalised_calls": "sampled with a presence/frequency/repetition penalty, whose logprobs depend on each"
                                 " token's earlier count, which the trainer does not reproduce"}
-_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
 class NothingToTrain(AlightError):
@@ -68,8 +67,8 @@ class TrainReport:
 
 def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
     """What row building needs from the model's tokenizer (decode for break reasons, end-of-turn ids for splice)."""
-    specials = list(dict.fromkeys([*tokenizer.all_special_tokens, *_END_OF_TURN]))
-    eot = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in _END_OF_TURN
+    specials = list(dict.fromkeys([*tokenizer.all_special_tokens, *END_OF_TURN_TOKENS]))
+    eot = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in END_OF_TURN_TOKENS
                                       if t in tokenizer.get_vocab()}
     return RowContext(decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                       special_tokens=specials, eot_ids=frozenset(i for i in eot if i is not None),

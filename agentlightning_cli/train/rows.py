@@ -28,6 +28,11 @@ from agentlightning_cli.train.sampling import effective_sampling, filters_of, is
 
 BREAK_REASONS = ("template", "retokenised", "edited", "other")
 MERGE_RULES = ("strict", "splice")
+# Why a row starts instead of continuing the one before (Row.split): a broken prefix (one of BREAK_REASONS), or
+# a call that joins by its ids but cannot share the row.
+SPLIT_REASONS = (*BREAK_REASONS, "temperature", "sampling", "length")
+# The usual end-of-turn tokens (besides the model's eos) the splice rule cuts after (round_step.row_context).
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 # Thinking blocks that chat templates drop from past assistant turns.
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
 _SPACE = re.compile(r"\s+")
@@ -64,6 +69,10 @@ class Row:
     advantage: float = 0.0  # filled in by advantages.apply
     reward: float = 0.0  # its episode's reward (for logging), filled in by advantages.apply
     weight: float = 1.0  # its loss weight (advantages.apply): splitting an episode into rows changes nothing
+    split: str | None = None
+    """Why this row started instead of continuing the episode's row before it (SPLIT_REASONS): the prompt broke
+    the prefix (a BREAK_REASONS label), another temperature or other filters, or the row limit. None for an
+    episode's first row."""
 
     @property
     def length(self) -> int:
@@ -88,9 +97,12 @@ class RowReport:
     breaks: Counter = field(default_factory=Counter)  # reason -> count
     dropped: Counter = field(default_factory=Counter)  # error_calls, no_token_ids, retried_prompts, over_long_rows, ...
     break_log: list[dict[str, Any]] = field(default_factory=list)  # {episode_id, call_id, reason}
+    built: list[Row] = field(default_factory=list)
+    """Every row built, in order, the over-long ones `rows` leaves out included (what inspect shows)."""
 
     def extend(self, other: RowReport) -> None:
         self.rows += other.rows
+        self.built += other.built
         self.calls += other.calls
         self.breaks.update(other.breaks)
         self.dropped.update(other.dropped)
@@ -161,24 +173,26 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     defaults = ctx.sampling_defaults
     for call in usable_calls(calls, report.dropped, defaults):
         prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
-        joined = None
+        joined, split = None, None
         if row is not None:
-            joined = _join(row, prev, prompt, merge, ctx)
+            joined = join(prev, prompt, merge, ctx)
             if joined is None:
-                reason = classify_break(list(prev.prompt_token_ids) + list(prev.completion_token_ids), prompt,
-                                        ctx, len(prev.prompt_token_ids))
-                report.breaks[reason] += 1
-                report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": reason})
+                split = classify_break(list(prev.prompt_token_ids) + list(prev.completion_token_ids), prompt,
+                                       ctx, len(prev.prompt_token_ids))
+                report.breaks[split] += 1
+                report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": split})
             elif sampling_key(call, defaults) != row.sampling:
                 joined = None  # one row is scored under one distribution
-                same_t = call_temperature(call, defaults) == row.temperature
-                report.dropped["sampling_splits" if same_t else "temperature_splits"] += 1
+                split = "sampling" if call_temperature(call, defaults) == row.temperature else "temperature"
+                report.dropped[f"{split}_splits"] += 1
             elif ctx.max_tokens is not None and row.length + len(joined[0]) + len(comp) > ctx.max_tokens:
                 joined = None  # start afresh rather than grow a row past the limit
+                split = "length"
                 report.dropped["length_splits"] += 1
         if joined is None:
             t, top_p, top_k, min_p = sampling_key(call, defaults)
-            row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=t, top_p=top_p, top_k=top_k, min_p=min_p)
+            row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=t, top_p=top_p, top_k=top_k, min_p=min_p,
+                      split=split)
             rows.append(row)
         else:
             gap, rule = joined
@@ -192,6 +206,7 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
         row.logprobs += [float(x) for x in call.completion_logprobs]
         row.call_ids.append(call.id)
         prev = call
+    report.built = rows
     for r in rows:
         if ctx.max_tokens is not None and r.length > ctx.max_tokens:
             report.dropped["over_long_rows"] += 1
@@ -202,8 +217,9 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     return report
 
 
-def _join(row: Row, prev: Any, prompt: list[int], merge: str, ctx: RowContext) -> tuple[list[int], str] | None:
-    """The gap to append so the row continues with `prompt`'s reply, and the rule used; None = no merge."""
+def join(prev: Any, prompt: list[int], merge: str, ctx: RowContext) -> tuple[list[int], str] | None:
+    """The gap to append so a row ending with call `prev` continues with `prompt`'s reply, and the rule used
+    (strict or splice); None = no merge."""
     seen = list(prev.prompt_token_ids) + list(prev.completion_token_ids)
     if prompt[: len(seen)] == seen:
         return prompt[len(seen):], "strict"
