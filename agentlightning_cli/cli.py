@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -43,13 +42,11 @@ UnsafeExposeFlag = Annotated[bool, typer.Option(
          "(refused otherwise: the agent could read hidden tests or the store); the summary says it was used.")]
 
 
-def use_sandbox(value: Optional[str]) -> None:
-    """--sandbox becomes the `sandbox` setting for this whole command (the runner, setup and reward read it)."""
-    if value is None:
-        return
-    if value not in ("bwrap", "none"):
+def sandbox_flag(value: Optional[str]) -> Optional[str]:
+    """--sandbox, checked: the command passes it on as the `sandbox` setting (a command-line flag layer)."""
+    if value is not None and value not in ("bwrap", "none"):
         raise typer.BadParameter(f"'{value}' is not one of bwrap, none", param_hint="--sandbox")
-    os.environ["ALIGHT_SANDBOX"] = value
+    return value
 
 
 def _version(value: bool) -> None:
@@ -270,10 +267,9 @@ def harness_check(
     """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome.
 
     Refused first when the recipe's sandbox would show the harness the run directory, ALIGHT_HOME or your HOME."""
-    use_sandbox(sandbox)
     from agentlightning_cli.commands.harness import check_harness
 
-    report = check_harness(name, unsafe_expose=unsafe_expose)
+    report = check_harness(name, unsafe_expose=unsafe_expose, sandbox=sandbox_flag(sandbox))
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -318,7 +314,6 @@ def run_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Run every task x --attempts through a real harness behind the recording proxy; score; print a summary."""
-    use_sandbox(sandbox)
     from agentlightning_cli.commands.run import RunOptions, run_and_report
 
     opts = RunOptions(
@@ -327,7 +322,7 @@ def run_command(
         max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
-        unsafe_expose=unsafe_expose)
+        sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose)
     run_and_report(opts, as_json)
 
 

@@ -62,9 +62,11 @@ async def through_alight(home: Path, work: Path, n: int, concurrency: int) -> di
     from agentlightning_cli.rollout.plan import plan_round
     from agentlightning_cli.rollout.scheduler import run_slots
     from agentlightning_cli.rollout.sources import SourceCache
+    from agentlightning_cli.config import load_settings
     from agentlightning_cli.tasks import load_tasks
     from agentlightning_cli.testing.proxy_env import ProxyEnv
 
+    settings = load_settings()  # the sandbox and its limits, as `alight run` resolves them
     tasks = load_tasks(task_set(work / "set", n))
     recipe = load("mini-swe-agent")
     installed = require_installed(recipe, home)
@@ -73,7 +75,7 @@ async def through_alight(home: Path, work: Path, n: int, concurrency: int) -> di
         rnd = env.store.create_round(run.id, 0, "policy-r0", None)
         ctx = RoundContext(store=env.store, proxy=env.proxy, recipe=recipe, installed=installed, run_id=run.id,
                            round_id=rnd.id, run_dir=work / "run", sources=SourceCache(work / "run" / "sources"),
-                           stopper=env.stopper)
+                           sandbox=settings.sandbox, limits=settings.episode_limits, stopper=env.stopper)
         slots = plan_round(run.id, 0, tasks, 1, []).todo
         t0 = time.monotonic()
         ended = await run_slots(ctx, slots, concurrency, lambda: None, lambda e: None)

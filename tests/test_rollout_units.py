@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.reward import RewardResult
 from agentlightning_cli.rollout import scoring, stale
@@ -226,7 +227,7 @@ async def test_run_mode_proxy_knows_only_registered_episodes(tmp_path):
         rnd = env.store.create_round(run.id, 0, "policy-r0", None)
         ctx = RoundContext(store=env.store, proxy=env.proxy, recipe=type("R", (), {"name": "x"})(), installed=None,
                            run_id=run.id, round_id=rnd.id, run_dir=tmp_path / "run",
-                           sources=SourceCache(tmp_path / "s"))
+                           sources=SourceCache(tmp_path / "s"), sandbox="none", limits=EpisodeLimits())
         ep = episode_id(run.id, 0, "t", 0)
         url = env.proxy.episode_base_url(ep) + "/models"
         assert await asyncio.to_thread(get, url, "ek-guess") == 404

@@ -2,7 +2,8 @@
 
 (a) one task solved, one not -> rewards 1.0 and 0.0; the agent looks for the hidden tests during its run and
 records what it saw: nothing of them. (g) an upstream that rejects return_token_ids (OpenAI's error shape):
-the run works, calls are recorded without ids and the summary says it cannot be trained on.
+the run works, calls are recorded without ids and the summary says it cannot be trained on; run with
+`--sandbox none`, the episode records that it ran unsandboxed and the summary says so.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def test_solved_and_unsolved_tasks_get_1_and_0_and_hidden_tests_stay_hidden(tmp_
     assert by["solve"]["mean_reward"] == 1.0 and by["solve"]["pass_at_1"] == 1.0
     assert by["leave"]["mean_reward"] == 0.0 and by["leave"]["solved"] == 0
     assert summary["statuses"] == {"done": 2} and summary["outcomes"] == {"finished": 2} and summary["trainable"]
+    assert summary["sandbox"] == "bwrap"  # what the episodes' runners recorded, not a setting read again
     store, episodes = rs.read_store(out)
     try:
         assert len(episodes) == 2
@@ -46,6 +48,7 @@ def test_solved_and_unsolved_tasks_get_1_and_0_and_hidden_tests_stay_hidden(tmp_
             calls = store.get_calls(ep.id)
             assert len(calls) == 2 and all(c.prompt_token_ids and c.completion_token_ids for c in calls)
             assert ep.outcome == "finished" and ep.reward_detail["exit_code"] in (0, 1)
+            assert ep.outcome_detail["sandbox"]["mode"] == "bwrap" and ep.outcome_detail["sandbox"]["peak"]
         run = store.get_run("a")
         assert run.status == "done" and run.config["options"]["attempts"] == 1 and run.config["harness"] == "mini-swe-agent"
         assert "proxy" in run.config["settings"]
@@ -67,15 +70,17 @@ def test_upstream_that_rejects_token_ids_runs_without_them_and_says_so(tmp_path)
     with FakeVLLM(FakeScript(reply=openai_like, served_models=["gpt-x"])) as fake:
         out = tmp_path / "runs" / "g"
         proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--attempts", "1",
-                          "--upstream", fake.url + "/v1", "--out", str(out)], cwd=tmp_path)
+                          "--upstream", fake.url + "/v1", "--out", str(out), "--sandbox", "none"], cwd=tmp_path)
         sent = list(fake.script and fake.requests)
     assert proc.returncode == 0, proc.stderr
     assert "cannot be trained on" in proc.stdout
+    assert "sandbox:  none - episodes, setup and reward ran on the host" in proc.stdout  # --sandbox none, as run
     assert all("return_token_ids" not in b for b in sent[2:])  # after the probe, never asked again
     store, episodes = rs.read_store(out)
     try:
         (ep,) = episodes
-        assert ep.reward == 1.0
+        assert ep.reward == 1.0 and ep.outcome_detail["sandbox"] == "none"
+        assert store.get_run("g").config["settings"]["sandbox"] == "none"  # the flag, in the run's snapshot
         calls = store.get_calls(ep.id)
         assert calls and all(c.status == "ok" and c.prompt_token_ids is None and c.completion_token_ids is None
                              for c in calls)

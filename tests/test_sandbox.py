@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -267,12 +268,20 @@ def test_sandbox_flag_and_the_summary_line(monkeypatch: pytest.MonkeyPatch) -> N
 
     bad = CliRunner().invoke(app, ["harness", "check", "codex", "--sandbox", "chroot"])
     assert bad.exit_code == 2 and "bwrap, none" in bad.output
-    assert summarize("r", 0, 1, []).sandbox == "bwrap"
-    monkeypatch.setenv("ALIGHT_SANDBOX", "none")  # what `--sandbox none` sets for the command
-    summary = summarize("r", 0, 1, [])
-    out = io.StringIO()
-    render(summary, Console(file=out, width=120))
-    assert summary.sandbox == "none" and "sandbox:  none" in out.getvalue()
+    monkeypatch.setenv("ALIGHT_SANDBOX", "none")  # the summary reports what episodes ran in, not the setting
+
+    def ep(seen: object) -> SimpleNamespace:
+        return SimpleNamespace(task_id="t", attempt=0, reward=1.0, status="done", outcome="finished",
+                               outcome_detail=None if seen is None else {"sandbox": seen})
+
+    boxed = {"mode": "bwrap", "peak": {}, "proxy": "relayed"}
+    assert summarize("r", 0, 1, [ep(boxed)]).sandbox == "bwrap"
+    assert summarize("r", 0, 1, [ep(None)]).sandbox is None  # no harness ran: nothing to report
+    for eps, shown in (([ep("none")], "sandbox:  none - episodes"), ([ep(boxed), ep("none")], "bwrap, none - some")):
+        summary = summarize("r", 0, 1, eps)
+        out = io.StringIO()
+        render(summary, Console(file=out, width=120))
+        assert shown in out.getvalue(), out.getvalue()
 
 
 async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_sandbox_ends(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentlightning_cli.config import Settings, load_settings
+from agentlightning_cli.config import EpisodeLimits, Settings, load_settings
 from agentlightning_cli.harness import install as installs
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import Installed
@@ -40,7 +40,9 @@ class CheckReport:
         return asdict(self)
 
 
-async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None = None, timeout_s: float = 300) -> CheckReport:
+async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None = None, timeout_s: float = 300,
+                      sandbox: str | None = None, limits: EpisodeLimits | None = None) -> CheckReport:
+    """One scripted step of the real harness; `sandbox`/`limits` None: the settings'."""
     from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
     from agentlightning_cli.commands.smoke_env import SMOKE_PROMPT, SmokeEnvironment
 
@@ -48,7 +50,8 @@ async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None
     started = time.monotonic()
     prompt = f"{SMOKE_PROMPT} The file must contain: {OUT_TEXT}"
     async with SmokeEnvironment(run_dir, tool_then_finish(None)) as env:
-        spec = env.new_episode(recipe, run_dir / "workspace", prompt, timeout_s=timeout_s, max_turns=5)
+        spec = env.new_episode(recipe, run_dir / "workspace", prompt, timeout_s=timeout_s, max_turns=5,
+                               sandbox=sandbox, limits=limits)
         outcome = await env.run(recipe, installed, spec)
         calls = await asyncio.to_thread(env.store.get_calls, spec.episode_id)
     out = spec.workspace / OUT_FILE
@@ -105,15 +108,20 @@ def install_harness(name: str, force: bool = False, settings: Settings | None = 
     return installs.install(recipe, settings.home, python=python, version=version, force=force)
 
 
-def check_harness(name: str, settings: Settings | None = None, unsafe_expose: bool = False) -> CheckReport:
+def check_harness(name: str, settings: Settings | None = None, unsafe_expose: bool = False,
+                  sandbox: str | None = None) -> CheckReport:
+    """`sandbox`: --sandbox (None: the `sandbox` setting)."""
     from agentlightning_cli.commands.sandbox_guard import refuse_exposures
+    from agentlightning_cli.sandbox.choice import resolve
 
-    settings = settings or load_settings()
+    settings = settings or load_settings(flags={"sandbox": sandbox})
+    settings.sandbox, settings.episode_limits = resolve(sandbox or settings.sandbox, settings.episode_limits)
     recipe = recipes.load(name)
     _, version, timeout = _override(settings, recipe.name)
     installed = installs.require_installed(recipe, settings.home, version)
     # The same guard as `alight run` (no task set here): refused before the episode starts.
     exposed = refuse_exposures(settings, recipe, installed, allow=unsafe_expose)
-    report = asyncio.run(smoke_check(recipe, installed, timeout_s=timeout or 300))
+    report = asyncio.run(smoke_check(recipe, installed, timeout_s=timeout or 300, sandbox=settings.sandbox,
+                                     limits=settings.episode_limits))
     report.exposed = exposed
     return report

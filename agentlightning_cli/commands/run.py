@@ -55,6 +55,10 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     tasks = load_task_subset(opts)
     recipe, installed = recipe_and_install(settings, opts.harness)
+    from agentlightning_cli.sandbox.choice import resolve
+
+    # Resolved once; every episode, setup and reward of the run gets it from the round context.
+    settings.sandbox, settings.episode_limits = resolve(settings.sandbox, settings.episode_limits)
     if settings.sandbox == "bwrap":  # before anything starts: a machine that cannot sandbox gets the fix now
         from agentlightning_cli.sandbox import ensure_available
 
@@ -134,7 +138,8 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
     from agentlightning_cli.rollout.sources import SourceCache
 
     ctx = RoundContext(store=store, proxy=None, recipe=recipe, installed=installed, run_id=run_row.id, round_id="",
-                       run_dir=run_dir, sources=SourceCache(run_dir / "sources"), timeout_s=opts.timeout_s,
+                       run_dir=run_dir, sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox,
+                       limits=settings.episode_limits, timeout_s=opts.timeout_s,
                        max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
                        setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)
@@ -258,7 +263,7 @@ def run_and_report(opts: RunOptions, as_json: bool) -> None:
 
     from agentlightning_cli.config import load_settings
 
-    summary = run(load_settings(), opts)
+    summary = run(load_settings(flags={"sandbox": opts.sandbox}), opts)
     if as_json:
         print(json.dumps(summary.to_json(), indent=2))
         return

@@ -38,6 +38,8 @@ class RunOptions:
     swebench_mirror: Path | None = None
     setup_timeout_s: float = 900.0
     reward_timeout_s: float = 600.0
+    sandbox: str | None = None
+    """--sandbox: the `sandbox` setting for this run (run_and_report passes it in as a command-line flag)."""
     unsafe_expose: bool = False
     """--unsafe-expose-protected-paths: mount what the guard would refuse (sandbox/exposure.py); the summary says so."""
 

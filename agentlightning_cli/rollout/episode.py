@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.runner import EpisodeStopper, run_episode, store_call_counter
@@ -38,6 +39,10 @@ class RoundContext:
     round_id: str
     run_dir: Path
     sources: SourceCache
+    sandbox: str
+    """The sandbox every episode, setup and reward of the run uses ("bwrap" or "none"), resolved once."""
+    limits: EpisodeLimits
+    """The sandbox's limits (the `episode_limits` setting), resolved once."""
     timeout_s: float | None = None
     max_turns: int | None = None
     setup_timeout_s: float = 900.0
@@ -92,7 +97,7 @@ def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
     workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
     try:
         task = ctx.sources.local_task(slot.task)
-        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s)
+        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits)
     except AlightError as exc:
         shutil.rmtree(workspace, ignore_errors=True)
         why = exc.message + (f" ({exc.hint})" if exc.hint else "")
@@ -108,18 +113,21 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
         base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
         run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
-        proxy_socket=getattr(ctx.proxy, "unix_path", None))  # sandboxed episodes reach the proxy through it
+        proxy_socket=getattr(ctx.proxy, "unix_path", None),  # sandboxed episodes reach the proxy through it
+        sandbox=ctx.sandbox, limits=ctx.limits)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()
+    seen: dict[str, Any] | None = None
     try:
         outcome = await run_episode(ctx.recipe, ctx.installed, spec, ctx.count_calls, ctx.stopper)
         ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls
+        seen = outcome.detail  # the sandbox it ran in, its peak use, leftovers killed: kept with the episode
         timings["harness_own_s"] = outcome.wall_s  # the harness process's own lifetime
     except (AlightError, OSError, ValueError) as exc:  # a harness that cannot start fails its episode only
         ending, reason, exit_code, calls = "harness_error", f"the harness could not start: {exc}", None, 0
     timings["harness_s"] = time.monotonic() - t
     status, reward, error, detail = await asyncio.to_thread(_score, ctx, slot, item.workspace, timings)
-    fields = dict(status=status, reward=reward, reward_detail=detail, outcome=ending, exit_code=exit_code,
+    fields = dict(status=status, reward=reward, reward_detail=detail, outcome=ending, outcome_detail=seen, exit_code=exit_code,
                   ended_at=time.time(), error=error or (reason if ending != "finished" else None))
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, **fields)
     tokens = await asyncio.to_thread(_completion_tokens, ctx.store, slot.episode_id)
@@ -138,7 +146,7 @@ def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, fl
     except (AlightError, OSError) as exc:
         why = f"hidden files could not be revealed: {getattr(exc, 'message', exc)}"
         return "reward_error", None, why, {"error": why}
-    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s)
+    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits)
     timings["reward_s"] = result.duration_s
     status, reward, error = scoring.classify(result)
     return status, reward, error, scoring.detail(result)

@@ -48,8 +48,9 @@ class RoundSummary:
     trainable: bool = True
     """False when the upstream gave no token ids (e.g. a hosted API): these calls cannot be trained on."""
     notes: list[str] = field(default_factory=list)
-    sandbox: str = "bwrap"
-    """Where the episodes ran: `bwrap` (sandboxed) or `none` (on the host, chosen explicitly)."""
+    sandbox: str | None = "bwrap"
+    """Where the round's episodes ran, as each one's runner recorded it: `bwrap` (sandboxed), `none` (on the host,
+    chosen explicitly), both joined by ", " when a resumed round mixed them; None when no harness ran."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,17 +77,18 @@ def summarize(run_name: str, round_index: int, k: int, episodes: Iterable[Any], 
     return RoundSummary(
         run=run_name, round=round_index, k=k, episodes=len(eps), mean_reward=_mean(rewards), tasks=tasks,
         statuses=dict(Counter(e.status for e in eps)), outcomes=dict(Counter(e.outcome or "none" for e in eps)),
-        calls=calls, trainable=trainable, notes=list(notes or []), sandbox=_sandbox_mode())
+        calls=calls, trainable=trainable, notes=list(notes or []), sandbox=sandbox_modes(eps))
 
 
-def _sandbox_mode() -> str:
-    """The `sandbox` setting the round's episodes ran under (`--sandbox` sets it for the whole command)."""
-    from agentlightning_cli.sandbox.choice import resolve
-
-    try:
-        return resolve(None, None)[0]
-    except Exception:  # noqa: BLE001 - a summary must print even if the settings cannot be read again
-        return "unknown"
+def sandbox_modes(episodes: Iterable[Any]) -> str | None:
+    """The sandbox the episodes ran in, from what each one's runner stored (episodes.outcome_detail); None when
+    none of them ran a harness (or the store predates m006)."""
+    modes = set()
+    for ep in episodes:
+        seen = (getattr(ep, "outcome_detail", None) or {}).get("sandbox")
+        if seen is not None:
+            modes.add(seen if isinstance(seen, str) else seen.get("mode", "unknown"))
+    return ", ".join(sorted(modes)) or None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -111,7 +113,8 @@ def render(summary: RoundSummary, console: Any) -> None:
     console.print(f"episodes: {summary.episodes}   mean reward: {_fmt(summary.mean_reward)}   calls: {summary.calls}")
     console.print("status:   " + ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
     console.print("outcome:  " + ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items())))
-    if summary.sandbox != "bwrap":
-        console.print(f"sandbox:  {summary.sandbox} - episodes, setup and reward ran on the host, unsandboxed")
+    if summary.sandbox is not None and "none" in summary.sandbox.split(", "):
+        some = "some " if summary.sandbox != "none" else ""
+        console.print(f"sandbox:  {summary.sandbox} - {some}episodes, setup and reward ran on the host, unsandboxed")
     for note in summary.notes:
         console.print(f"note:     {note}")

@@ -207,6 +207,13 @@ CREATE TRIGGER calls_add_to_episode_stats AFTER INSERT ON calls BEGIN
 END;
 """
 
+# What the runner saw of an episode besides its ending (EpisodeOutcome.detail): the sandbox it ran in, its peak
+# use, how it reached the proxy, leftover processes killed. Kept so the evidence of what the sandbox did outlives
+# the run, and a summary reports the sandbox the episodes ran under rather than today's setting.
+M006_EPISODE_OUTCOME_DETAIL = """
+ALTER TABLE episodes ADD COLUMN outcome_detail TEXT /* JSON: sandbox {mode, peak, proxy} or "none", leftover_processes_killed */;
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
@@ -218,6 +225,8 @@ MIGRATIONS: list[tuple[str, str, str]] = [
      " and token totals read no call bodies", M004_CALL_SUMMARY_INDEX),
     ("m005_episode_call_stats", "per-episode call counts, failures, token totals and first/last call times, kept"
      " by a trigger as calls are inserted, so an episode list reads one row per episode", M005_EPISODE_CALL_STATS),
+    ("m006_episode_outcome_detail", "episodes.outcome_detail: the sandbox an episode ran in (mode, peak use, how it"
+     " reached the proxy) and leftover processes killed, as the runner saw them", M006_EPISODE_OUTCOME_DETAIL),
 ]
 
 _LEDGER = """

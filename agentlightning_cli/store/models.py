@@ -51,6 +51,9 @@ class Episode:
     error: str | None
     workspace: str | None
     outcome: str | None
+    outcome_detail: dict[str, Any] | None = None
+    """What the runner saw besides the ending: {"sandbox": {"mode": "bwrap", "peak": ..., "proxy": ...} or "none",
+    "leftover_processes_killed": n}; None before the harness ended (or for stores older than m006)."""
 
 
 # kw_only so that Call can extend CallRecord with required fields, and so the proxy's constructor calls

@@ -31,7 +31,9 @@ from agentlightning_cli.store.training import TrainingRecords
 DB_NAME = "alight.db"
 _EPISODE_FIELDS = {
     "status", "reward", "reward_detail", "started_at", "ended_at", "exit_code", "error", "outcome", "workspace",
+    "outcome_detail",
 }  # fmt: skip
+_JSON_EPISODE_FIELDS = ("reward_detail", "outcome_detail")
 
 
 class EpisodeExistsError(ValueError):
@@ -197,8 +199,9 @@ class Store(TrainingRecords, SummaryReads):
         unknown = set(fields) - _EPISODE_FIELDS
         if unknown:
             raise TypeError(f"update_episode got fields it cannot set: {', '.join(sorted(unknown))}")
-        if "reward_detail" in fields and fields["reward_detail"] is not None:
-            fields["reward_detail"] = json.dumps(fields["reward_detail"])
+        for name in _JSON_EPISODE_FIELDS:
+            if fields.get(name) is not None:
+                fields[name] = json.dumps(fields[name])
         self._update_one("episodes", episode_id, fields)
 
     def _update_one(self, table: str, row_id: str, fields: dict[str, Any]) -> None:
@@ -308,6 +311,7 @@ def _round(row: sqlite3.Row) -> Round:
 
 def _episode(row: sqlite3.Row) -> Episode:
     values = {name: codec.text_out(row[name]) for name in Episode.__dataclass_fields__}
-    if values["reward_detail"] is not None:
-        values["reward_detail"] = json.loads(values["reward_detail"])
+    for name in _JSON_EPISODE_FIELDS:
+        if values[name] is not None:
+            values[name] = json.loads(values[name])
     return Episode(**values)

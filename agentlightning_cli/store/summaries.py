@@ -137,15 +137,16 @@ class SummaryReads:
 
 _EPISODE_FIELDS = list(Episode.__dataclass_fields__)
 _N_EPISODE = len(_EPISODE_FIELDS)
-_DETAIL = _EPISODE_FIELDS.index("reward_detail")
+_JSON = [_EPISODE_FIELDS.index("reward_detail"), _EPISODE_FIELDS.index("outcome_detail")]
 _new = object.__new__
 
 
 def _summary(row: tuple) -> EpisodeSummary:
     """`row`: the episode's columns in field order, the round's idx, then its _CALL_STATS (NULL: no calls yet)."""
     values = [v.decode("utf-8", "surrogatepass") if type(v) is bytes else v for v in row[:_N_EPISODE]]  # text_out
-    if values[_DETAIL] is not None:
-        values[_DETAIL] = json.loads(values[_DETAIL])
+    for i in _JSON:
+        if values[i] is not None:
+            values[i] = json.loads(values[i])
     # Filled in directly rather than through the frozen dataclasses' __init__ (one object.__setattr__ per
     # field): half the cost, and a 10,000-episode list is built on every `inspect list`. Same objects.
     episode = _new(Episode)

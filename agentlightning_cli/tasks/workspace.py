@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.choice import task_shell_spec
 from agentlightning_cli.tasks.base_files import base_versions, git_env
@@ -34,6 +35,7 @@ def prepare_workspace(
     fetch_timeout_s: float = FETCH_TIMEOUT_S,
     fetch_depth: int | None = None,
     sandbox: str | None = None,
+    limits: EpisodeLimits | None = None,
 ) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
@@ -56,8 +58,8 @@ def prepare_workspace(
         _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
     else:
         _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
-    # Setup runs sandboxed like the agent (`sandbox`, None: the setting); network only with setup_network.
-    box = task_shell_spec(dest, network=task.setup_network, mode=sandbox) if task.setup else None
+    # Setup runs sandboxed like the agent (`sandbox`/`limits`, None: the settings); network only with setup_network.
+    box = task_shell_spec(dest, network=task.setup_network, mode=sandbox, limits=limits) if task.setup else None
     for i, command in enumerate(task.setup, start=1):
         res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest), sandbox=box)
         if res.timed_out or res.exit_code != 0 or res.resource_limit:
