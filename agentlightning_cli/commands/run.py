@@ -9,10 +9,11 @@ again continues the same run: ended episodes are kept, unfinished ones redone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness
@@ -134,25 +135,26 @@ def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name
 
 def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_dir: Path, tasks: list[Any],
                 recipe: Any, installed: Any, model: Path | None, probe: Any) -> RoundSummary:
-    from agentlightning_cli.rollout.episode import RoundContext
+    from agentlightning_cli.rollout.episode import RunContext
     from agentlightning_cli.rollout.sources import SourceCache
 
-    ctx = RoundContext(store=store, proxy=None, recipe=recipe, installed=installed, run_id=run_row.id, round_id="",
-                       run_dir=run_dir, sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox,
-                       limits=settings.episode_limits, timeout_s=opts.timeout_s,
-                       max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
-                       setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
+    # Everything the run's episodes share but the proxy, which _serve_round starts and adds.
+    run_context = functools.partial(
+        RunContext, store=store, recipe=recipe, installed=installed, run_id=run_row.id, run_dir=run_dir,
+        sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox, limits=settings.episode_limits,
+        timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
+        setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)
     if done is not None:  # a rerun of a finished run: nothing to start
         return done
     status = "failed"
     try:
         if opts.upstream is not None:
-            summary = _run_loop(_serve_round(settings, opts, ctx, tasks, opts.upstream, None,
-                                                             probe.model, probe))
+            summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, None,
+                                             probe.model, probe))
         else:
             with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
-                summary = _run_loop(_serve_round(settings, opts, ctx, tasks, policy.base_url, policy,
+                summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_url, policy,
                                                  policy.policy, probe, model))
         status = "done"
         return summary
@@ -191,25 +193,19 @@ def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: An
                      order=task_ids)
 
 
-async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[Any], upstream_url: str,
-                       policy: Any, policy_name: str | None, probe: Any, model: Path | None = None) -> RoundSummary:
-    from agentlightning_cli.rollout.progress import Progress
-    from agentlightning_cli.rollout.round import run_round
-
+async def _serve_round(settings: Any, opts: RunOptions, store: Any, run_context: Callable[..., Any],
+                       tasks: list[Any], upstream_url: str, policy: Any, policy_name: str | None, probe: Any,
+                       model: Path | None = None) -> RoundSummary:
     from agentlightning_cli.commands.run_rounds import run_rounds
+    from agentlightning_cli.harness.runner import EpisodeStopper
 
-    store = ctx.store
     stop = asyncio.Event()
     caught = lifecycle.stop_on_signals(stop)
+    stopper = EpisodeStopper()  # the proxy stops an episode over budget; the episodes' runners listen
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
-                                       on_budget_exceeded=ctx.stopper) as proxy:
-        ctx.proxy = proxy
-
-        async def play(index: int) -> None:
-            progress = Progress(len(tasks) * opts.attempts)
-            await run_round(ctx, index, tasks, opts.attempts, opts.concurrency, progress)
-
-        work = asyncio.ensure_future(run_rounds(settings, opts, ctx, tasks, proxy, policy, model, play))
+                                       on_budget_exceeded=stopper) as proxy:
+        run = run_context(proxy=proxy, stopper=stopper)
+        work = asyncio.ensure_future(run_rounds(settings, opts, run, tasks, policy, model))
         waits = {work, asyncio.ensure_future(stop.wait())}
         if policy is not None:
             waits.add(asyncio.ensure_future(_watch_vllm(policy)))
@@ -227,7 +223,7 @@ async def _serve_round(settings: Any, opts: RunOptions, ctx: Any, tasks: list[An
             raise KeyboardInterrupt
         round_id, notes = work.result()  # re-raises a failure of the rounds themselves
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
-    summary = _summary(store, ctx.run_id, round_id, opts, probe, [t.id for t in tasks])
+    summary = _summary(store, run.run_id, round_id, opts, probe, [t.id for t in tasks])
     summary.round = store.get_round(round_id).index
     summary.notes = notes + summary.notes
     return summary

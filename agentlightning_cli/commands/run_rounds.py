@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from agentlightning_cli.rollout.episode import RunContext
 
 
 def say(text: str) -> None:
@@ -23,33 +25,38 @@ def round_row(store: Any, run_id: str, index: int) -> Any:
     return next((r for r in store.list_rounds(run_id) if r.index == index), None)
 
 
-async def run_rounds(settings: Any, opts: Any, ctx: Any, tasks: list[Any], proxy: Any, policy: Any,
-                     model: Path | None, play_round: Callable[[int], Any]) -> tuple[str, list[str]]:
-    """Runs rounds 0..N-1 (play_round(index) runs one, with ctx.round_id set); returns the last round id and notes."""
-    store, notes = ctx.store, []
+async def run_rounds(settings: Any, opts: Any, run: RunContext, tasks: list[Any], policy: Any,
+                     model: Path | None) -> tuple[str, list[str]]:
+    """Runs rounds 0..N-1 (each in its own round context), training between them; returns the last round's id
+    and the notes of what happened between rounds."""
+    from agentlightning_cli.rollout.progress import Progress
+    from agentlightning_cli.rollout.round import run_round
+
+    store, proxy, notes, last = run.store, run.proxy, [], ""
     for index in range(opts.rounds):
-        rnd = round_row(store, ctx.run_id, index)
+        rnd = round_row(store, run.run_id, index)
         if rnd is None:  # round 0 on a fresh run (later rows are made when their adapter is ready)
-            rnd = store.create_round(ctx.run_id, index, proxy.policy or "upstream",
+            rnd = store.create_round(run.run_id, index, proxy.policy or "upstream",
                                      str(policy.adapter_dir(index)) if policy else None)
         elif policy is not None and rnd.policy != proxy.policy:  # resuming at a later round: serve its adapter
-            served = int(rnd.policy.rsplit("-r", 1)[1])  # policy-rK: the round whose adapter this round samples
-            await _serve_adapter(proxy, policy, served, Path(rnd.adapter_path), rnd.policy)
-        ctx.round_id = rnd.id
+            await _serve_adapter(proxy, policy, rnd.policy, Path(rnd.adapter_path))
         if opts.rounds > 1:
             say(f"round {index} of {opts.rounds - 1} (policy {rnd.policy})")
-        await play_round(index)
+        ctx = run.for_round(rnd.id)
+        await run_round(ctx, index, tasks, opts.attempts, opts.concurrency, Progress(len(tasks) * opts.attempts))
         store.finish_round(rnd.id, "done")
-        if index + 1 < opts.rounds and round_row(store, ctx.run_id, index + 1) is None:
-            notes.append(await _train_between(settings, ctx, proxy, policy, model, index, rnd))
-    return ctx.round_id, [n for n in notes if n]
+        if index + 1 < opts.rounds and round_row(store, run.run_id, index + 1) is None:
+            notes.append(await _train_between(settings, ctx, policy, model, index, rnd))
+        last = rnd.id
+    return last, [n for n in notes if n]
 
 
-async def _train_between(settings: Any, ctx: Any, proxy: Any, policy: Any, model: Path | None, index: int,
+async def _train_between(settings: Any, ctx: RunContext, policy: Any, model: Path | None, index: int,
                          rnd: Any) -> str | None:
+    from agentlightning_cli.serve.adapters import policy_name
     from agentlightning_cli.train.round_step import NothingToTrain, train_round
 
-    store = ctx.store
+    store, proxy = ctx.store, ctx.proxy
     await proxy.pause()
     await proxy.drain()
     out_dir = policy.adapter_dir(index + 1)
@@ -66,7 +73,7 @@ async def _train_between(settings: Any, ctx: Any, proxy: Any, policy: Any, model
     except BaseException:
         proxy.resume()
         raise
-    name = await _serve_adapter(proxy, policy, index + 1, out_dir, None)
+    name = await _serve_adapter(proxy, policy, policy_name(index + 1), out_dir)
     store.create_round(ctx.run_id, index + 1, name, str(out_dir))
     note = (f"round {index} -> {index + 1}: trained {report.rows} rows from {report.calls} calls in {report.steps} "
             f"steps ({report.seconds:.0f} s); serving {name}")
@@ -74,12 +81,12 @@ async def _train_between(settings: Any, ctx: Any, proxy: Any, policy: Any, model
     return note
 
 
-async def _serve_adapter(proxy: Any, policy: Any, index: int, path: Path, name: str | None) -> str:
-    """Load round `index`'s adapter into vLLM, switch the proxy to it, unload the one it replaces."""
+async def _serve_adapter(proxy: Any, policy: Any, name: str, path: Path) -> str:
+    """Load the adapter at `path` into vLLM as `name`, switch the proxy to it, unload the one it replaces."""
     old = proxy.policy
-    if name is not None and name == old:
+    if name == old:
         return name
-    new = await asyncio.to_thread(policy.load, index, path)
+    new = await asyncio.to_thread(policy.load_as, name, path)
     proxy.set_policy(new)
     proxy.resume()
     if old and old != new:

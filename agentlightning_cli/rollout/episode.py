@@ -12,7 +12,7 @@ import asyncio
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,15 +28,14 @@ from agentlightning_cli.tasks import prepare_workspace, reveal_hidden_files
 
 
 @dataclass
-class RoundContext:
-    """Everything the episodes of one round share."""
+class RunContext:
+    """Everything the episodes of a run share, whatever their round: built once the run's proxy is up."""
 
     store: Any
     proxy: Any
     recipe: Any
     installed: Any
     run_id: str
-    round_id: str
     run_dir: Path
     sources: SourceCache
     sandbox: str
@@ -57,6 +56,17 @@ class RoundContext:
         self.run_dir = Path(self.run_dir).absolute()
         if self.count_calls is None:
             self.count_calls = store_call_counter(self.store)
+
+    def for_round(self, round_id: str) -> RoundContext:
+        """The context of one of the run's rounds (the same proxy, stopper and store)."""
+        return RoundContext(**{f.name: getattr(self, f.name) for f in fields(RunContext)}, round_id=round_id)
+
+
+@dataclass
+class RoundContext(RunContext):
+    """A run's context for one round: its episodes are created and looked up under `round_id`."""
+
+    round_id: str = field(kw_only=True)
 
 
 @dataclass

@@ -106,9 +106,12 @@ class PolicyServer:
         (self.run_dir / "chat_template.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
     def load(self, round_index: int, path: Path) -> str:
-        """Load a new round's adapter (a new directory) under a new name; returns the name. Unload old ones
-        only after the proxy has drained requests that use them (see `unload`)."""
-        name = policy_name(round_index)
+        """Load a new round's adapter (a new directory) under that round's name; returns the name. Unload old
+        ones only after the proxy has drained requests that use them (see `unload`)."""
+        return self.load_as(policy_name(round_index), path)
+
+    def load_as(self, name: str, path: Path) -> str:
+        """Load an adapter under a given name (a resumed round's recorded policy); returns the name."""
         self.adapters.load(name, path)
         self.policy = name
         return name
