@@ -204,8 +204,8 @@ async def _serve_round(settings: Any, opts: RunOptions, store: Any, run_context:
     stopper = EpisodeStopper()  # the proxy stops an episode over budget; the episodes' runners listen
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
                                        on_budget_exceeded=stopper) as proxy:
-        run = run_context(proxy=proxy, stopper=stopper)
-        work = asyncio.ensure_future(run_rounds(settings, opts, run, tasks, policy, model))
+        shared = run_context(proxy=proxy, stopper=stopper)
+        work = asyncio.ensure_future(run_rounds(settings, opts, shared, tasks, policy, model))
         waits = {work, asyncio.ensure_future(stop.wait())}
         if policy is not None:
             waits.add(asyncio.ensure_future(_watch_vllm(policy)))
@@ -223,7 +223,7 @@ async def _serve_round(settings: Any, opts: RunOptions, store: Any, run_context:
             raise KeyboardInterrupt
         round_id, notes = work.result()  # re-raises a failure of the rounds themselves
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
-    summary = _summary(store, run.run_id, round_id, opts, probe, [t.id for t in tasks])
+    summary = _summary(store, shared.run_id, round_id, opts, probe, [t.id for t in tasks])
     summary.round = store.get_round(round_id).index
     summary.notes = notes + summary.notes
     return summary
