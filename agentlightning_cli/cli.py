@@ -103,27 +103,15 @@ def doctor(
     as_json: JsonFlag = False,
 ) -> None:
     """Check what alight needs: Python, the train and vLLM extras, Node/npm, tmux, Python 3.12 for OpenHands."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from agentlightning_cli.doctor import run_checks
+    from agentlightning_cli.commands.doctor import render, run_checks
 
     report = run_checks(recipe or [], task_set)
     if as_json:
         emit_json(report)
         return
-    table = Table("check", "status", "version", "fix")
-    for c in report["checks"]:
-        status = "[green]ok[/]" if c["ok"] else "[red]missing[/]" if not c["name"].startswith("sandbox mounts") \
-            else "[red]exposes[/]"
-        fix = c["fix"] or ""
-        if c["name"].startswith("sandbox mounts") and not c["ok"]:
-            fix = f"{c['detail']} -> {fix}"
-        table.add_row(c["name"], status, c["version"] or "", fix)
-    console = Console()
-    console.print(table)
-    p = report["platform"]
-    console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
+    from rich.console import Console
+
+    render(report, Console())
 
 
 @app.command()
@@ -229,20 +217,15 @@ def harness_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List the shipped harness recipes (and any given), their protocol, version and whether they are installed."""
-    from agentlightning_cli.commands.harness import list_harnesses
+    from agentlightning_cli.commands.harness import list_harnesses, render_list
 
     rows = list_harnesses(extra=recipes)
     if as_json:
         emit_json(rows)
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table("name", "protocol", "version", "installed", "description")
-    for r in rows:
-        installed = "external" if r["kind"] == "external" else "yes" if r["installed"] else "no"
-        table.add_row(r["name"], r["protocol"], r["version"], installed, r["description"])
-    Console().print(table)
+    render_list(rows, Console())
 
 
 @harness_app.command("install")
@@ -267,23 +250,14 @@ def harness_check(
     """Run the real harness for one scripted step through the real proxy; report calls, tool and outcome.
 
     Refused first when the recipe's sandbox would show the harness the run directory, ALIGHT_HOME or your HOME."""
-    from agentlightning_cli.commands.harness import check_harness
+    from agentlightning_cli.commands.harness import check_harness, check_lines
 
     report = check_harness(name, unsafe_expose=unsafe_expose, sandbox=sandbox_flag(sandbox))
     if as_json:
         emit_json(report.to_dict())
     else:
-        o = report.outcome
-        typer.echo(f"harness:   {report.harness} {report.version} ({report.protocol})")
-        typer.echo(f"calls:     {report.calls} captured, {report.calls_with_token_ids} with token ids")
-        typer.echo(f"tool:      {'executed (out.txt written)' if report.tool_executed else 'not executed'}")
-        typer.echo(f"outcome:   {o['status']}{' - ' + o['reason'] if o['reason'] else ''} ({o['wall_s']} s)")
-        typer.echo(f"run dir:   {report.run_dir}")
-        for line in report.exposed:
-            typer.echo(f"WARNING:   --unsafe-expose-protected-paths: the harness could read {line}", err=True)
-        for problem in report.problems:
-            typer.echo(f"problem:   {problem}", err=True)
-        typer.echo("check:     " + ("ok" if report.ok else "FAILED"))
+        for line, to_stderr in check_lines(report):
+            typer.echo(line, err=to_stderr)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -113,7 +113,7 @@ def test_doctor_names_the_fix_for_a_missing_extra() -> None:
     code = (
         "import sys, importlib.util, json;"
         "sys.path = [p for p in sys.path if 'site-packages' not in p] + [%r];"
-        "from agentlightning_cli.doctor import run_checks;"
+        "from agentlightning_cli.commands.doctor import run_checks;"
         "print(json.dumps(run_checks()))"
     ) % str(Path(__file__).resolve().parents[1])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

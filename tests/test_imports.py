@@ -6,7 +6,7 @@ constant prefix names the package it reaches into). Only `if TYPE_CHECKING:` blo
 Layers (ARCHITECTURE.md, docs/contracts.md), top to bottom; an import may point down or sideways, never up:
   0  testing/ (the shipped test environments stand on the product; nothing of the product imports them),
      cli, __main__
-  1  commands/, doctor
+  1  commands/
   2  rollout/, train/, inspect/
   3  harness/, sandbox/, proxy/, serve/, scripted/ (the scripted upstream), tasks/, reward
   4  store/, config, config_paths, errors, process, yaml_files, logs, masking, local_http, the package __init__
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 LAYERS = {
     "testing": 0, "cli": 0, "__main__": 0,
-    "commands": 1, "doctor": 1,
+    "commands": 1,
     "rollout": 2, "train": 2, "inspect": 2,
     "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "scripted": 3, "tasks": 3, "reward": 3,
     "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "local_http": 4, "": 4,

@@ -246,7 +246,7 @@ def test_this_machine_can_sandbox() -> None:
 
 
 def test_doctor_says_whether_the_sandbox_works_and_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from agentlightning_cli.doctor import run_checks
+    from agentlightning_cli.commands.doctor import run_checks
 
     found = {c["name"]: c for c in run_checks()["checks"]}["bubblewrap (sandbox)"]
     assert found["ok"] and found["version"].startswith("bubblewrap") and "namespaces work" in found["detail"]

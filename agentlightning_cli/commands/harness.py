@@ -125,3 +125,28 @@ def check_harness(name: str, settings: Settings | None = None, unsafe_expose: bo
                                      limits=settings.episode_limits))
     report.exposed = exposed
     return report
+
+
+def render_list(rows: list[dict[str, Any]], console: Any) -> None:
+    """The table `alight harness list` prints."""
+    from rich.table import Table
+
+    table = Table("name", "protocol", "version", "installed", "description")
+    for r in rows:
+        installed = "external" if r["kind"] == "external" else "yes" if r["installed"] else "no"
+        table.add_row(r["name"], r["protocol"], r["version"], installed, r["description"])
+    console.print(table)
+
+
+def check_lines(report: CheckReport) -> list[tuple[str, bool]]:
+    """What `alight harness check` prints: (line, goes to stderr)."""
+    o = report.outcome
+    lines = [(f"harness:   {report.harness} {report.version} ({report.protocol})", False),
+             (f"calls:     {report.calls} captured, {report.calls_with_token_ids} with token ids", False),
+             (f"tool:      {'executed (out.txt written)' if report.tool_executed else 'not executed'}", False),
+             (f"outcome:   {o['status']}{' - ' + o['reason'] if o['reason'] else ''} ({o['wall_s']} s)", False),
+             (f"run dir:   {report.run_dir}", False)]
+    lines += [(f"WARNING:   --unsafe-expose-protected-paths: the harness could read {line}", True)
+              for line in report.exposed]
+    lines += [(f"problem:   {problem}", True) for problem in report.problems]
+    return lines + [("check:     " + ("ok" if report.ok else "FAILED"), False)]

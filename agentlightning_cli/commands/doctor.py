@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -139,3 +140,20 @@ def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dic
         "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
         "checks": [asdict(c) for c in checks],
     }
+
+
+def render(report: dict[str, Any], console: Any) -> None:
+    """The table `alight doctor` prints: each check, its status and the command that fixes it."""
+    from rich.table import Table
+
+    table = Table("check", "status", "version", "fix")
+    for c in report["checks"]:
+        mounts = c["name"].startswith("sandbox mounts")
+        status = "[green]ok[/]" if c["ok"] else "[red]exposes[/]" if mounts else "[red]missing[/]"
+        fix = c["fix"] or ""
+        if mounts and not c["ok"]:
+            fix = f"{c['detail']} -> {fix}"
+        table.add_row(c["name"], status, c["version"] or "", fix)
+    console.print(table)
+    p = report["platform"]
+    console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
