@@ -22,7 +22,7 @@ ALIGHT = [sys.executable, "-m", "agentlightning_cli"]
 
 def built() -> Path:
     """The cached build under the shared test home: `alight model smollm2` with no OUT, as a user runs it."""
-    out = subprocess.run([*ALIGHT, "model", "smollm2"], capture_output=True, text=True, timeout=1800,
+    out = subprocess.run([*ALIGHT, "model", "smollm2"], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "ALIGHT_HOME": str(harness_home())})
     assert out.returncode == 0, out.stderr
     return Path(out.stdout.strip().splitlines()[-1])

@@ -117,7 +117,7 @@ def test_alight_run_rounds_of_grpo_with_hot_swap_raise_the_reward(tmp_path: Path
     proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(ONE_CALL / "one_call.yaml"),
                       "--model", str(tiny), "--attempts", str(ATTEMPTS), "--concurrency", "32",
                       "--rounds", str(ROUNDS), "--seed", str(SEED), "--out", str(out), "--json"], cwd=tmp_path,
-                     timeout=900)
+                     timeout=600)
     print("".join(line + "\n" for line in proc.stderr.splitlines() if line.startswith("alight run:")), end="")
     assert proc.returncode == 0, proc.stderr[-5000:]
     print(f"alight run --rounds {ROUNDS}: {time.perf_counter() - started:.0f} s")
