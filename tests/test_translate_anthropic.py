@@ -5,30 +5,24 @@ test_translate_anthropic_reply.py."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import anthropic
-import httpx2
 import pytest
+from translate_support import canned_http, capture
 from vllm_shapes import Completion, call, chat_json, split, walk_keys
 
 from agentlightning_cli.proxy import anthropic as translate
 from agentlightning_cli.proxy.errors import TranslationError
 
-CAPTURES = Path(__file__).parent / "data" / "captures"
 MODEL = "claude-sonnet-4-5"
 ALIAS = "alight-policy"  # the model name a client asked for, echoed back
 
 
-def capture(name: str) -> dict:
-    return json.loads((CAPTURES / name).read_text())["body"]
 
 
 def sdk_client(status: int, body: bytes, content_type: str) -> anthropic.Anthropic:
-    transport = httpx2.MockTransport(lambda request: httpx2.Response(status, headers={"content-type": content_type},
-                                                                     content=body))
     return anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9", max_retries=0,
-                               http_client=httpx2.Client(transport=transport))
+                               http_client=canned_http(status, body, content_type))
 
 
 # ---------------------------------------------------------------- requests

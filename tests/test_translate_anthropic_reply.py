@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import anthropic
-import httpx2
 import pytest
+from translate_support import canned_http
+from translate_support import sse_events as parse_events
+from translate_support import run_stream as translated_stream
 from vllm_shapes import (CHAT_ID, PROMPT_IDS, VLLM_ONLY, Completion, call, chat_chunks, chat_json, split,
                          walk_keys)
 
@@ -21,10 +23,8 @@ ALIAS = "alight-policy"  # the model name a client asked for, echoed back
 
 
 def sdk_client(status: int, body: bytes, content_type: str) -> anthropic.Anthropic:
-    transport = httpx2.MockTransport(lambda request: httpx2.Response(status, headers={"content-type": content_type},
-                                                                     content=body))
     return anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9", max_retries=0,
-                               http_client=httpx2.Client(transport=transport))
+                               http_client=canned_http(status, body, content_type))
 
 
 def sdk_stream(sse: bytes):
@@ -106,19 +106,8 @@ def test_reasoning_shown_only_when_thinking_is_enabled():
 
 
 def run_stream(completion: Completion, request: dict = REQUEST, usage: bool = True):
-    translator = translate.StreamTranslator(client_model=ALIAS, request=request)
-    pieces = [translator.feed(chunk) for chunk in chat_chunks(completion, usage=usage)]
-    pieces.append(translator.finish())
-    return translator, pieces
+    return translated_stream(translate, completion, request, usage, client_model=ALIAS)
 
-
-def parse_events(sse: bytes) -> list[tuple[str, dict]]:
-    decoder = SSEDecoder()
-    events = [(name, json.loads(data)) for name, data in decoder.feed(sse)]
-    assert decoder.flush() == []
-    for name, data in events:
-        assert name == data["type"]
-    return events
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

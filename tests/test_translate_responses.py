@@ -4,30 +4,24 @@ and tool edge cases, and the protocol's error shape. Replies and streams: test_t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import httpx2
 import openai
 import pytest
 
+from translate_support import canned_http, capture
 from vllm_shapes import Completion, call, chat_json, split
 
 from agentlightning_cli.proxy import responses as translate
 from agentlightning_cli.proxy.errors import TranslationError
 
-CAPTURES = Path(__file__).parent / "data" / "captures"
 ALIAS = "probe-model"
 
 
-def capture(name: str) -> dict:
-    return json.loads((CAPTURES / name).read_text())["body"]
 
 
 def sdk_client(status: int, body: bytes, content_type: str) -> openai.OpenAI:
-    transport = httpx2.MockTransport(lambda request: httpx2.Response(status, headers={"content-type": content_type},
-                                                                     content=body))
     return openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                         http_client=httpx2.Client(transport=transport))
+                         http_client=canned_http(status, body, content_type))
 
 
 # ---------------------------------------------------------------- requests

@@ -6,33 +6,22 @@ translation."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import httpx2
 import openai
 import pytest
 from openai.types.responses import Response
+from translate_support import canned_http, capture, sse_events
+from translate_support import run_stream as translated_stream
 from vllm_shapes import (CHAT_ID, CREATED, PROMPT_IDS, VLLM_ONLY, Completion, call, chat_chunks, chat_json,
                          split, walk_keys)
 
 from agentlightning_cli.proxy import responses as translate
-from agentlightning_cli.proxy.sse import SSEDecoder
 
-CAPTURES = Path(__file__).parent / "data" / "captures"
 ALIAS = "probe-model"
 BASE = CHAT_ID.removeprefix("chatcmpl-")
 LEAKS = set(VLLM_ONLY) - {"logprobs"}  # text events carry the Responses `logprobs` field (always empty here)
 
 
-def capture(name: str) -> dict:
-    return json.loads((CAPTURES / name).read_text())["body"]
-
-
-def sdk_client(status: int, body: bytes, content_type: str) -> openai.OpenAI:
-    transport = httpx2.MockTransport(lambda request: httpx2.Response(status, headers={"content-type": content_type},
-                                                                     content=body))
-    return openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                         http_client=httpx2.Client(transport=transport))
 
 
 def sdk_stream(sse: bytes):
@@ -95,17 +84,17 @@ def test_response_from_chat(name):
 # ---------------------------------------------------------------- streams
 
 
+def sdk_client(status: int, body: bytes, content_type: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                         http_client=canned_http(status, body, content_type))
+
+
 def run_stream(completion: Completion, usage: bool = True, request: dict = REQUEST):
-    translator = translate.StreamTranslator(client_model=ALIAS, request=request)
-    pieces = [translator.feed(chunk) for chunk in chat_chunks(completion, usage=usage)]
-    pieces.append(translator.finish())
-    return translator, pieces
+    return translated_stream(translate, completion, request, usage, client_model=ALIAS)
 
 
 def parse_events(sse: bytes) -> list[tuple[str, dict]]:
-    decoder = SSEDecoder()
-    events = [(name, json.loads(data)) for name, data in decoder.feed(sse)]
-    assert decoder.flush() == []
+    events = sse_events(sse)
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     for name, data in events:
         assert name == data["type"]
