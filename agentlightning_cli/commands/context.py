@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlightning_cli.errors import AlightError
+
+if TYPE_CHECKING:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.harness.recipe import Recipe
 
 
 def model_context(model: Path | None) -> int | None:
@@ -27,7 +31,7 @@ def model_context(model: Path | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def size_for_harness(settings: Any, recipe: Any, model: Path | None) -> None:
+def size_for_harness(settings: Settings, recipe: Recipe, model: Path | None) -> None:
     """Raise serve.max_model_len to the recipe's context_tokens; AlightError when the model cannot take it."""
     need = recipe.context_tokens
     if not need:
@@ -48,7 +52,7 @@ def _env_name(name: str) -> str:
     return name.upper()
 
 
-def size_for_serve(settings: Any, model: Path | None) -> list[str]:
+def size_for_serve(settings: Settings, model: Path | None) -> list[str]:
     """`alight serve` prints settings for every shipped harness: size vLLM for the largest need the model can
     take; returns one warning per harness that still does not fit."""
     from agentlightning_cli.harness.recipe import available, load_path

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.proxy.probe import check_url, probe_upstream, server_root
+
+if TYPE_CHECKING:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.proxy.server import Proxy
 
 BANNER = """\
 alight proxy: recording {base} -> {upstream}
@@ -26,13 +30,13 @@ alight proxy: recording {base} -> {upstream}
 Ctrl-C stops."""
 
 
-async def serve(settings: Any, upstream: str, served: str, store_dir: Path, model: str | None) -> None:
+async def serve(settings: Settings, upstream: str, served: str, store_dir: Path, model: str | None) -> None:
     from agentlightning_cli.store import Store
 
     store_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(store_dir)
 
-    def text(proxy: Any) -> str:
+    def text(proxy: Proxy) -> str:
         return BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
                              served=served, model=model or "whatever each client asks for")
 
@@ -43,7 +47,7 @@ async def serve(settings: Any, upstream: str, served: str, store_dir: Path, mode
         store.close()
 
 
-def run(settings: Any, upstream: str, store_dir: Path, model: str | None) -> None:
+def run(settings: Settings, upstream: str, store_dir: Path, model: str | None) -> None:
     # Before anything listens, say plainly what is wrong with the upstream, rather than only as a 502 or 404
     # on every call later. A server that is not up yet is not fatal: the proxy may well start first.
     check_url(upstream)

@@ -13,7 +13,7 @@ import functools
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness
@@ -23,6 +23,16 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
 from agentlightning_cli.rollout.summary import RoundSummary
 from agentlightning_cli.sandbox.exposure import OVERRIDE_FLAG
+
+if TYPE_CHECKING:
+    from agentlightning_cli.commands.run_upstream import Probe
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.harness.install import Installed
+    from agentlightning_cli.harness.recipe import Recipe
+    from agentlightning_cli.rollout.episode import RunContext
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.store import Run, Store
+    from agentlightning_cli.tasks.model import Task
 
 VLLM_POLL_S = 1.0
 
@@ -52,7 +62,7 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
     return f"{Path(opts.task_set).stem}-{recipe_name}"
 
 
-def run(settings: Any, opts: RunOptions) -> RoundSummary:
+def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     tasks = load_task_subset(opts)
     recipe, installed = recipe_and_install(settings, opts.harness)
@@ -109,8 +119,8 @@ def run(settings: Any, opts: RunOptions) -> RoundSummary:
     return summary
 
 
-def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,
-          model: Path | None = None) -> tuple[Any, Any]:
+def _open(settings: Settings, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,
+          model: Path | None = None) -> tuple[Store, Run]:
     from agentlightning_cli.run_snapshot import snapshot_settings
     from agentlightning_cli.store import Store
 
@@ -133,8 +143,8 @@ def _open(settings: Any, name: str, run_dir: Path, opts: RunOptions, recipe_name
     return store, row
 
 
-def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_dir: Path, tasks: list[Any],
-                recipe: Any, installed: Any, model: Path | None, probe: Any) -> RoundSummary:
+def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run, run_dir: Path, tasks: list[Task],
+                recipe: Recipe, installed: Installed, model: Path | None, probe: Probe | None) -> RoundSummary:
     from agentlightning_cli.rollout.episode import RunContext
     from agentlightning_cli.rollout.sources import SourceCache
 
@@ -165,7 +175,7 @@ def _run_rounds(settings: Any, opts: RunOptions, store: Any, run_row: Any, run_d
         store.finish_run(run_row.id, status)
 
 
-def _already_complete(store: Any, run_row: Any, tasks: list[Any], opts: RunOptions) -> RoundSummary | None:
+def _already_complete(store: Store, run_row: Run, tasks: list[Task], opts: RunOptions) -> RoundSummary | None:
     from agentlightning_cli.rollout.plan import plan_round
 
     last = opts.rounds - 1
@@ -178,7 +188,8 @@ def _already_complete(store: Any, run_row: Any, tasks: list[Any], opts: RunOptio
     return summary
 
 
-def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: Any, task_ids: list[str]) -> RoundSummary:
+def _summary(store: Store, run_id: str, round_id: str, opts: RunOptions, probe: Probe | None,
+             task_ids: list[str]) -> RoundSummary:
     from agentlightning_cli.rollout.round import final_episodes
     from agentlightning_cli.rollout.summary import summarize
 
@@ -193,8 +204,9 @@ def _summary(store: Any, run_id: str, round_id: str, opts: RunOptions, probe: An
                      order=task_ids)
 
 
-async def _serve_round(settings: Any, opts: RunOptions, store: Any, run_context: Callable[..., Any],
-                       tasks: list[Any], upstream_url: str, policy: Any, policy_name: str | None, probe: Any,
+async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_context: Callable[..., RunContext],
+                       tasks: list[Task], upstream_url: str, policy: PolicyServer | None, policy_name: str | None,
+                       probe: Probe | None,
                        model: Path | None = None) -> RoundSummary:
     from agentlightning_cli.commands.run_rounds import run_rounds
     from agentlightning_cli.harness.runner import EpisodeStopper
@@ -240,7 +252,7 @@ def _run_loop(main: Any) -> Any:
     return result[0]
 
 
-async def _watch_vllm(policy: Any) -> None:
+async def _watch_vllm(policy: PolicyServer) -> None:
     """Returns (raising) only if vLLM exits while the round runs: the run stops with a clear error."""
     while True:
         await asyncio.sleep(VLLM_POLL_S)

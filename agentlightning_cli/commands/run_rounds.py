@@ -12,20 +12,28 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agentlightning_cli.rollout.episode import RunContext
+
+if TYPE_CHECKING:
+    from agentlightning_cli.commands.run_checks import RunOptions
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.proxy.server import Proxy
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.store import Round, Store
+    from agentlightning_cli.tasks.model import Task
 
 
 def say(text: str) -> None:
     print(f"alight run: {text}", file=sys.stderr, flush=True)
 
 
-def round_row(store: Any, run_id: str, index: int) -> Any:
+def round_row(store: Store, run_id: str, index: int) -> Round | None:
     return next((r for r in store.list_rounds(run_id) if r.index == index), None)
 
 
-async def run_rounds(settings: Any, opts: Any, run: RunContext, tasks: list[Any], policy: Any,
+async def run_rounds(settings: Settings, opts: RunOptions, run: RunContext, tasks: list[Task], policy: PolicyServer | None,
                      model: Path | None) -> tuple[str, list[str]]:
     """Runs rounds 0..N-1 (each in its own round context), training between them; returns the last round's id
     and the notes of what happened between rounds."""
@@ -51,8 +59,8 @@ async def run_rounds(settings: Any, opts: Any, run: RunContext, tasks: list[Any]
     return last, [n for n in notes if n]
 
 
-async def _train_between(settings: Any, ctx: RunContext, policy: Any, model: Path | None, index: int,
-                         rnd: Any) -> str | None:
+async def _train_between(settings: Settings, ctx: RunContext, policy: PolicyServer, model: Path | None, index: int,
+                         rnd: Round) -> str | None:
     from agentlightning_cli.serve.adapters import policy_name
     from agentlightning_cli.train.round_step import NothingToTrain, train_round
 
@@ -81,7 +89,7 @@ async def _train_between(settings: Any, ctx: RunContext, policy: Any, model: Pat
     return note
 
 
-async def _serve_adapter(proxy: Any, policy: Any, name: str, path: Path) -> str:
+async def _serve_adapter(proxy: Proxy, policy: PolicyServer, name: str, path: Path) -> str:
     """Load the adapter at `path` into vLLM as `name`, switch the proxy to it, unload the one it replaces."""
     old = proxy.policy
     if name == old:

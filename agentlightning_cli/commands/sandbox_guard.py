@@ -8,12 +8,19 @@ commands) would get, checked against the places no agent may see (sandbox/exposu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentlightning_cli.sandbox import exposure
 
+if TYPE_CHECKING:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.harness.install import Installed
+    from agentlightning_cli.harness.recipe import Recipe
+    from agentlightning_cli.tasks.model import Task
 
-def recipe_mounts(recipe: Any, installed: Any, tasks: list[Any] = ()) -> list[exposure.Mount]:
+
+def recipe_mounts(recipe: Recipe, installed: Installed, tasks: Sequence[Task] = ()) -> list[exposure.Mount]:
     """The harness's mounts (sandboxed.planned_mounts) and the setup/reward commands' interpreters."""
     from agentlightning_cli.harness.sandboxed import planned_mounts
     from agentlightning_cli.sandbox.paths import task_shell_roots
@@ -23,7 +30,7 @@ def recipe_mounts(recipe: Any, installed: Any, tasks: list[Any] = ()) -> list[ex
             *(exposure.Mount(p, "the setup and reward commands' interpreters") for p in task_shell_roots(with_alight))]
 
 
-def places(settings: Any, installed: Any, *, task_set: Path | None = None, tasks: list[Any] = (),
+def places(settings: Settings, installed: Installed, *, task_set: Path | None = None, tasks: Sequence[Task] = (),
            runs_dir: Path | None = None, run_dir: Path | None = None) -> list[exposure.Protected]:
     """The protected places for this recipe's install, the settings' ALIGHT_HOME and runs_dir (or `runs_dir`), a
     task set and its tasks, and one run's own directory."""
@@ -36,20 +43,21 @@ def places(settings: Any, installed: Any, *, task_set: Path | None = None, tasks
     return found
 
 
-def fix_hint(recipe: Any, installed: Any) -> str:
+def fix_hint(recipe: Recipe, installed: Installed) -> str:
     if installed.external or recipe.sandbox.read_only:
         return (f"keep what the agent needs in a folder of its own, outside the task set, the run directory and your "
                 f"HOME, and name only that in `sandbox.read_only` of {recipe.source}")
     return "install the harness again (`alight harness install`), or keep the task set and runs_dir apart from it"
 
 
-def problems(settings: Any, recipe: Any, installed: Any, **where: Any) -> list[str]:
+def problems(settings: Settings, recipe: Recipe, installed: Installed, **where: Any) -> list[str]:
     """What would be exposed (empty: nothing); for reports (`alight doctor`)."""
     return exposure.exposures(recipe_mounts(recipe, installed, where.get("tasks", ())),
                               places(settings, installed, **where))
 
 
-def refuse_exposures(settings: Any, recipe: Any, installed: Any, *, allow: bool = False, **where: Any) -> list[str]:
+def refuse_exposures(settings: Settings, recipe: Recipe, installed: Installed, *, allow: bool = False,
+                     **where: Any) -> list[str]:
     """AlightError naming every exposing mount and the fix, unless `allow` (then: the exposures it let through).
     Nothing to check when episodes run unsandboxed (`sandbox: none` shows them everything anyway)."""
     if settings.sandbox == "none":

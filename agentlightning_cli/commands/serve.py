@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.config import Settings
@@ -17,6 +17,10 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve import banner
 from agentlightning_cli.serve.policy import PolicyServer, resolve_model
 from agentlightning_cli.serve.vllm import check_model_dir, port_is_free
+
+if TYPE_CHECKING:
+    from agentlightning_cli.proxy.server import Proxy
+    from agentlightning_cli.store import Run, Store
 
 # Kept importable under the old names for callers of the serve module.
 open_run = lifecycle.open_run
@@ -26,12 +30,12 @@ def default_run_name() -> str:
     return lifecycle.default_run_name("serve")
 
 
-async def run_proxy(settings: Settings, policy: PolicyServer, store: Any, run: Any, run_dir: Path,
-                    stop: asyncio.Event | None = None, on_ready: Callable[[Any], None] | None = None,
+async def run_proxy(settings: Settings, policy: PolicyServer, store: Store, run: Run, run_dir: Path,
+                    stop: asyncio.Event | None = None, on_ready: Callable[[Proxy], None] | None = None,
                     round_id: str | None = None) -> None:
     """Serve until `stop` is set (or a stop signal when none is given); `on_ready(proxy)` once listening."""
 
-    def text(proxy: Any) -> str:
+    def text(proxy: Proxy) -> str:
         return banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir.resolve()), run.name,
                              policy.policy)
 

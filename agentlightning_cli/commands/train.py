@@ -7,13 +7,17 @@ what the run served) and the row limit (the run's, from its snapshot: run_snapsh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.train.round_step import NothingToTrain, TrainReport, print_to_stderr, train_round
 
+if TYPE_CHECKING:
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.store import Run, Store
 
-def _pick_run(store: Any, run: str | None) -> Any:
+
+def _pick_run(store: Store, run: str | None) -> Run:
     runs = store.list_runs()
     if not runs:
         raise NothingToTrain(f"{store.path} holds no run", hint="record one with `alight run` or `alight serve`")
@@ -24,7 +28,7 @@ def _pick_run(store: Any, run: str | None) -> Any:
     return runs[-1]
 
 
-def base_model_for(settings: Any, run_row: Any, base_model: Path | None) -> tuple[Path, str]:
+def base_model_for(settings: Settings, run_row: Run, base_model: Path | None) -> tuple[Path, str]:
     """(model, where from): --base-model, else the model the run served (serve.model of its snapshot), else the
     embedded tiny model (a run that recorded no model served the default one)."""
     from agentlightning_cli.run_snapshot import recorded_home, served_model
@@ -40,7 +44,7 @@ def base_model_for(settings: Any, run_row: Any, base_model: Path | None) -> tupl
             "the embedded tiny model: the run recorded no serve.model")
 
 
-def row_limit_for(settings: Any, run_row: Any) -> tuple[int, str]:
+def row_limit_for(settings: Settings, run_row: Run) -> tuple[int, str]:
     """(limit, where from): the run's train.max_row_tokens, else the serve.max_model_len it served with (sized
     for its recipe), else today's settings (a run that recorded neither)."""
     from agentlightning_cli.run_snapshot import row_limit
@@ -53,7 +57,7 @@ def row_limit_for(settings: Any, run_row: Any) -> tuple[int, str]:
     return settings.serve.max_model_len, "serve.max_model_len (the run recorded no limit)"
 
 
-def train(settings: Any, run: str | None = None, round_index: int | None = None, base_model: Path | None = None,
+def train(settings: Settings, run: str | None = None, round_index: int | None = None, base_model: Path | None = None,
           out: Path | None = None, merge_to: Path | None = None,
           log: Callable[[str], None] = print_to_stderr) -> TrainReport:
     from agentlightning_cli.inspect.source import resolve_run_dir

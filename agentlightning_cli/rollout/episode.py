@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
@@ -26,15 +26,31 @@ from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
 from agentlightning_cli.tasks import prepare_workspace, reveal_hidden_files
 
+if TYPE_CHECKING:
+    from agentlightning_cli.harness.install import Installed
+    from agentlightning_cli.harness.recipe import Recipe
+    from agentlightning_cli.store import Store
+
+
+class EpisodeProxy(Protocol):
+    """What an episode needs of the recording proxy (proxy/server.Proxy): its key registered (with the run's seed)
+    before the harness starts, the base URL the harness is pointed at, and the Unix socket a sandbox reaches."""
+
+    unix_path: str
+
+    def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None: ...
+
+    def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str: ...
+
 
 @dataclass
 class RunContext:
     """Everything the episodes of a run share, whatever their round: built once the run's proxy is up."""
 
-    store: Any
-    proxy: Any
-    recipe: Any
-    installed: Any
+    store: Store
+    proxy: EpisodeProxy
+    recipe: Recipe
+    installed: Installed
     run_id: str
     run_dir: Path
     sources: SourceCache
@@ -123,7 +139,7 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
         base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
         run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
-        proxy_socket=getattr(ctx.proxy, "unix_path", None),  # sandboxed episodes reach the proxy through it
+        proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through it
         sandbox=ctx.sandbox, limits=ctx.limits)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()
@@ -162,6 +178,6 @@ def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, fl
     return status, reward, error, scoring.detail(result)
 
 
-def _completion_tokens(store: Any, episode_id: str) -> int:
+def _completion_tokens(store: Store, episode_id: str) -> int:
     """From the calls' summary index: no call body is read."""
     return sum(s.completion_tokens for s in store.episode_summaries_by_id([episode_id]))
