@@ -127,7 +127,6 @@ async def round_trip(calls: int, rounds: int) -> dict:
     against a direct client in the same round."""
     import socket
 
-    from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
     from agentlightning_cli.sandbox import Sandbox, SandboxSpec
     from agentlightning_cli.sandbox.bwrap import compiled_forwarder, forwarder_python
     from agentlightning_cli.testing.proxy_env import start_env, stop_env
@@ -158,7 +157,7 @@ async def round_trip(calls: int, rounds: int) -> dict:
         cpu_ms.append(data["watched_cpu_s"] * 1000 / calls)
         # The default path: the sandbox hands its loopback listener to the proxy, nothing relays.
         box = Sandbox(SandboxSpec(writable=[work], read_only=[prefix], proxy_port=port,
-                                  proxy_listeners=Path(env.proxy.unix_path).with_name(LISTENERS_SOCKET)))
+                                  proxy_listeners=Path(env.proxy.listeners_path)))
         proc = await asyncio.create_subprocess_exec(*box.command([python, "-I", str(client), str(port), path, key,
                                                                   str(calls)], work),
                                                     stdout=asyncio.subprocess.PIPE, **box.popen_kwargs())

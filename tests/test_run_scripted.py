@@ -49,6 +49,7 @@ def test_solved_and_unsolved_tasks_get_1_and_0_and_hidden_tests_stay_hidden(tmp_
             assert len(calls) == 2 and all(c.prompt_token_ids and c.completion_token_ids for c in calls)
             assert ep.outcome == "finished" and ep.reward_detail["exit_code"] in (0, 1)
             assert ep.outcome_detail["sandbox"]["mode"] == "bwrap" and ep.outcome_detail["sandbox"]["peak"]
+            assert ep.outcome_detail["sandbox"]["proxy"] == "listener handed over"  # the proxy's inbox, given
         run = store.get_run("a")
         assert run.status == "done" and run.config["options"]["attempts"] == 1 and run.config["harness"] == "mini-swe-agent"
         assert "proxy" in run.config["settings"]

@@ -285,14 +285,13 @@ def test_sandbox_flag_and_the_summary_line(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 async def test_the_proxy_serves_the_sandboxs_own_loopback_listener_until_the_sandbox_ends(tmp_path: Path) -> None:
-    from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET
 
     env = await start_env(tmp_path)
     try:
         ws, ep = episode_dirs(tmp_path, "handed")
         episode_id, key = env.episode()
         spec = spec_for(ws, ep, env)
-        spec.proxy_socket, spec.proxy_listeners = None, Path(env.proxy.unix_path).with_name(LISTENERS_SOCKET)
+        spec.proxy_socket, spec.proxy_listeners = None, Path(env.proxy.listeners_path)
         cfg = {"base_url": f"{env.proxy.base_url}/e/{episode_id}/v1", "api_key": key}
         box = Sandbox(spec)
         assert "hand-over" in box.command(["true"], ws)

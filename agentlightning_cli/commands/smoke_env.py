@@ -106,7 +106,8 @@ class ProxyEnv:
         workspace.mkdir(parents=True, exist_ok=True)
         return EpisodeSpec(episode_id=episode.id, prompt=prompt, workspace=workspace,
                            base_url=self.proxy.episode_base_url(episode.id, recipe.protocol), api_key=key,
-                           run_dir=self.run_dir, proxy_socket=self.proxy.unix_path, **limits)
+                           run_dir=self.run_dir, proxy_socket=self.proxy.unix_path,
+                           proxy_listeners=self.proxy.listeners_path or None, **limits)
 
     async def run(self, recipe: "Recipe", installed: "Installed", spec: EpisodeSpec) -> "EpisodeOutcome":
         return await run_episode(recipe, installed, spec, store_call_counter(self.store), self.stopper)

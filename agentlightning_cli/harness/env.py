@@ -42,6 +42,9 @@ class EpisodeSpec:
     """config.EpisodeLimits; None: the `episode_limits` setting."""
     proxy_socket: str | None = None
     """The proxy's Unix socket (Proxy.unix_path); None: a relay to base_url's port is made for the episode."""
+    proxy_listeners: str | None = None
+    """The proxy's listener inbox (Proxy.listeners_path): the sandbox hands it its loopback listener and the proxy
+    accepts the harness's connections itself; None: connections go through proxy_socket."""
 
 
 def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:

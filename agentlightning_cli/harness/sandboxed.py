@@ -23,7 +23,6 @@ from agentlightning_cli.harness.recipe import Recipe
 from agentlightning_cli.sandbox import Sandbox, SandboxSpec, choice, ensure_available
 from agentlightning_cli.sandbox.exposure import Mount
 from agentlightning_cli.sandbox.paths import program_roots, runtime_roots
-from agentlightning_cli.sandbox.bwrap import LISTENERS_SOCKET
 from agentlightning_cli.sandbox.relay import Relay
 
 LOOPBACK = {"127.0.0.1", "localhost"}
@@ -101,11 +100,11 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
         socket_path = relay.path
     private = [Path(spec.workspace), episode_dir, tmpdir]
     read_only = [m.path for m in harness_mounts(recipe, installed, argv, path, private)]
-    # alight's proxy keeps a listener inbox beside its HTTP socket: the sandbox hands it its loopback listener.
-    inbox = Path(socket_path).with_name(LISTENERS_SOCKET)
+    # The proxy's listener inbox, when it gave one: the sandbox hands it its loopback listener.
+    inbox = Path(spec.proxy_listeners) if spec.proxy_listeners and relay is None else None
     box_spec = SandboxSpec(writable=private, read_only=read_only,
                            proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits,
-                           proxy_listeners=inbox if relay is None and inbox.exists() else None)
+                           proxy_listeners=inbox if inbox is not None and inbox.exists() else None)
     try:
         return EpisodeBox(Sandbox(box_spec, bwrap_exe), relay)
     except BaseException:

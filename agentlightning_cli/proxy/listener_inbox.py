@@ -14,9 +14,11 @@ import os
 import socket
 from typing import Awaitable, Callable
 
-from agentlightning_cli.sandbox.bwrap import LISTENERS_SOCKET  # the name both sides agree on
-
 __all__ = ["LISTENERS_SOCKET", "ListenerInbox"]
+
+LISTENERS_SOCKET = "listeners.sock"
+"""The inbox's file name, beside the proxy's HTTP Unix socket in the same private folder. Nobody derives it: the
+proxy publishes the full path (Proxy.listeners_path) and an episode is handed it (EpisodeSpec.proxy_listeners)."""
 
 log = logging.getLogger(__name__)
 

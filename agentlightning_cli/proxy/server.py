@@ -72,6 +72,8 @@ class Proxy:
         self.base_url = ""
         self.unix_path = ""
         """The proxy's Unix socket (set by start()); the sandbox binds it in for episodes."""
+        self.listeners_path = ""
+        """The listener inbox (proxy/listener_inbox.py) a sandbox hands its loopback listener to; "" until started."""
         self._unix_dir = ""
         self._inbox: ListenerInbox | None = None
         self._connections = connections
@@ -114,7 +116,8 @@ class Proxy:
         await server.start_unix(self.unix_path)
         # Sandboxes hand over a listening socket bound in their own network namespace; served as our own.
         self._inbox = ListenerInbox(server.serve_socket)
-        self._inbox.start(os.path.join(self._unix_dir, LISTENERS_SOCKET))
+        self.listeners_path = os.path.join(self._unix_dir, LISTENERS_SOCKET)
+        self._inbox.start(self.listeners_path)
         return self
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 class EpisodeProxy(Protocol):
     """What an episode needs of the recording proxy (proxy/server.Proxy): its key registered (with the run's seed)
-    before the harness starts, the base URL the harness is pointed at, and the Unix socket a sandbox reaches."""
+    before the harness starts, the base URL the harness is pointed at, and the Unix sockets a sandbox reaches."""
 
     unix_path: str
+    listeners_path: str
 
     def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None: ...
 
@@ -139,7 +140,8 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
         base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
         run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
-        proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through it
+        proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
+        proxy_listeners=ctx.proxy.listeners_path or None,
         sandbox=ctx.sandbox, limits=ctx.limits)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()

@@ -26,9 +26,6 @@ from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.limits import MB
 
-LISTENERS_SOCKET = "listeners.sock"
-"""The proxy's listener inbox, beside its HTTP Unix socket (Proxy.unix_path) in the same private folder: a
-sandbox's forwarder hands its loopback listener there (proxy/listener_inbox.py receives it)."""
 
 SOCKET_INSIDE = "/run/alight/proxy.sock"
 LISTENERS_INSIDE = "/run/alight/listeners.sock"
