@@ -59,8 +59,7 @@ async def through_alight(home: Path, work: Path, n: int, concurrency: int) -> di
     from agentlightning_cli.harness.install import require_installed
     from agentlightning_cli.harness.recipe import load
     from agentlightning_cli.rollout.episode import RoundContext
-    from agentlightning_cli.rollout.plan import plan_round
-    from agentlightning_cli.rollout.scheduler import run_slots
+    from agentlightning_cli.rollout.round import run_round
     from agentlightning_cli.rollout.sources import SourceCache
     from agentlightning_cli.config import load_settings
     from agentlightning_cli.tasks import load_tasks
@@ -76,9 +75,8 @@ async def through_alight(home: Path, work: Path, n: int, concurrency: int) -> di
         ctx = RoundContext(store=env.store, proxy=env.proxy, recipe=recipe, installed=installed, run_id=run.id,
                            round_id=rnd.id, run_dir=work / "run", sources=SourceCache(work / "run" / "sources"),
                            sandbox=settings.sandbox, limits=settings.episode_limits, stopper=env.stopper)
-        slots = plan_round(run.id, 0, tasks, 1, []).todo
         t0 = time.monotonic()
-        ended = await run_slots(ctx, slots, concurrency, lambda: None, lambda e: None)
+        ended = await run_round(ctx, 0, tasks, 1, concurrency)  # the round `alight run` plays, progress included
         wall = time.monotonic() - t0
     bad = [(e.status, e.outcome, e.why) for e in ended if e.status != "done" or e.reward != 1.0]
     if bad:

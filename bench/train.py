@@ -198,9 +198,13 @@ def _first_prompt_tokens(run_dir: Path) -> int | None:
 
 
 async def transition(work: Path) -> dict:
+    """The round transition `alight run --rounds` makes, through its own functions: the proxy (started by the
+    shared lifecycle) pauses and drains, then run_rounds.serve_adapter loads the new adapter into vLLM, switches the
+    proxy to it, resumes and unloads the old one. Training is left out (measured apart)."""
+    from agentlightning_cli.commands import lifecycle
+    from agentlightning_cli.commands.run_rounds import serve_adapter
     from agentlightning_cli.config import load_settings
-    from agentlightning_cli.proxy.server import Proxy
-    from agentlightning_cli.serve.adapters import make_adapter
+    from agentlightning_cli.serve.adapters import make_adapter, policy_name
     from agentlightning_cli.serve.policy import PolicyServer
     from agentlightning_cli.serve.tiny_model import build_tiny_model
     from agentlightning_cli.store import Store
@@ -210,21 +214,14 @@ async def transition(work: Path) -> dict:
     store = Store.open(work / "tr")
     samples = []
     with PolicyServer(settings, work / "tr", tiny) as policy:
-        proxy = Proxy(store, policy.base_url, settings.proxy, policy=policy.policy)
-        await proxy.start("127.0.0.1", 0)
-        try:
+        async with lifecycle.proxy_running(store, policy.base_url, settings.proxy, policy=policy.policy) as proxy:
             for n in range(1, 4):
                 path = make_adapter(tiny, work / "tr" / "adapters" / f"r{n}", rank=8, seed=n, random_b=True)
                 t0 = time.perf_counter()
                 await proxy.pause()
                 await proxy.drain()
-                old = policy.policy
-                proxy.set_policy(policy.load(n, path))
-                proxy.resume()
-                policy.unload(old)
+                await serve_adapter(proxy, policy, policy_name(n), path)
                 samples.append(time.perf_counter() - t0)
-        finally:
-            await proxy.stop()
     return {"samples_s": [round(s, 3) for s in samples], "median_s": round(sorted(samples)[1], 3)}
 
 

@@ -47,7 +47,7 @@ async def run_rounds(settings: Settings, opts: RunOptions, run: RunContext, task
             rnd = store.create_round(run.run_id, index, proxy.policy or "upstream",
                                      str(policy.adapter_dir(index)) if policy else None)
         elif policy is not None and rnd.policy != proxy.policy:  # resuming at a later round: serve its adapter
-            await _serve_adapter(proxy, policy, rnd.policy, Path(rnd.adapter_path))
+            await serve_adapter(proxy, policy, rnd.policy, Path(rnd.adapter_path))
         if opts.rounds > 1:
             say(f"round {index} of {opts.rounds - 1} (policy {rnd.policy})")
         ctx = run.for_round(rnd.id)
@@ -81,7 +81,7 @@ async def _train_between(settings: Settings, ctx: RunContext, policy: PolicyServ
     except BaseException:
         proxy.resume()
         raise
-    name = await _serve_adapter(proxy, policy, policy_name(index + 1), out_dir)
+    name = await serve_adapter(proxy, policy, policy_name(index + 1), out_dir)
     store.create_round(ctx.run_id, index + 1, name, str(out_dir))
     note = (f"round {index} -> {index + 1}: trained {report.rows} rows from {report.calls} calls in {report.steps} "
             f"steps ({report.seconds:.0f} s); serving {name}")
@@ -89,7 +89,7 @@ async def _train_between(settings: Settings, ctx: RunContext, policy: PolicyServ
     return note
 
 
-async def _serve_adapter(proxy: Proxy, policy: PolicyServer, name: str, path: Path) -> str:
+async def serve_adapter(proxy: Proxy, policy: PolicyServer, name: str, path: Path) -> str:
     """Load the adapter at `path` into vLLM as `name`, switch the proxy to it, unload the one it replaces."""
     old = proxy.policy
     if name == old:
