@@ -103,8 +103,16 @@ def test_serve_adapter_is_checked_and_fits_vllms_rank_limit(tmp_path: Path, tiny
     assert "alight train" in err.value.hint
     adapter = make_adapter(tiny, tmp_path / "r16", rank=16)
     settings.serve.adapter = adapter
+    (tmp_path / "run").mkdir()
     policy = PolicyServer(settings, tmp_path / "run", tiny)
-    assert policy._given_adapter(adapter) == adapter.resolve() and settings.serve.max_lora_rank == 16
+
+    def where_vllm_starts(*args, **kwargs):
+        raise StopIteration  # everything before vLLM's start (the adapter's check, the rank limit) has happened
+
+    policy.vllm.start = where_vllm_starts
+    with pytest.raises(StopIteration):
+        policy.start()
+    assert settings.serve.max_lora_rank == 16 and not (tmp_path / "run" / "adapters" / "round-0").exists()
 
 
 def test_alight_train_trains_the_last_round_and_prints_a_summary(tmp_path: Path, tiny: Path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError
@@ -19,13 +20,43 @@ from agentlightning_cli.serve.vllm import post_json
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+# The ranks vLLM accepts for --max-lora-rank.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
 def policy_name(round_index: int) -> str:
     return f"policy-r{round_index}"
 
 
+def training_rank(base_model: Path, settings: Any) -> int:
+    """The policy adapter's LoRA rank from round 0 on: train.lora_rank, else 8 for a toy-sized model (hidden size
+    256 or less: the embedded tiny model) and 32 for a real one. The zero adapter vLLM serves first is made at this
+    rank, so every round trains at it."""
+    if settings.train.lora_rank:
+        return settings.train.lora_rank
+    config = Path(base_model) / "config.json"
+    hidden = json.loads(config.read_text(encoding="utf-8")).get("hidden_size") if config.is_file() else None
+    return 8 if isinstance(hidden, int) and hidden <= 256 else 32
+
+
+def rank_limit_for(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM accepts that serves an adapter of `rank`."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise AlightError(f"LoRA rank {rank} is over vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})",
+                          "set train.lora_rank lower")
+    return fits[0]
+
+
+def adapter_rank(path: Path) -> int:
+    """The rank an adapter directory was saved with (its adapter_config.json)."""
+    return int(json.loads((Path(path) / "adapter_config.json").read_text(encoding="utf-8"))["r"])
+
+
 def make_adapter(base_model: Path, out: Path, rank: int, alpha: int | None = None, seed: int = 0,
-                 random_b: bool = False) -> Path:
+                 random_b: bool = False, target_modules: list[str] | None = None) -> Path:
     """Write a PEFT LoRA for `base_model` to `out`: B = 0 (identity) unless `random_b` (tests need a real change).
+    `alpha` (default 2 x rank) and `target_modules` (default TARGET_MODULES) as the trainer would make it.
 
     The base model is built on the meta device from its config, so no weights are read: this stays cheap for
     a 7B model too. Only the adapter tensors are materialised.
@@ -42,9 +73,10 @@ def make_adapter(base_model: Path, out: Path, rank: int, alpha: int | None = Non
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets = [t for t in TARGET_MODULES if t in present]
+    wanted = target_modules or TARGET_MODULES
+    targets = [t for t in wanted if t in present]
     if not targets:
-        raise AlightError(f"{base_model}: none of {TARGET_MODULES} found; cannot place a LoRA adapter",
+        raise AlightError(f"{base_model}: none of {wanted} found; cannot place a LoRA adapter",
                           "alight supports decoder models with Llama/Qwen-style projection names")
     lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, target_modules=targets, lora_dropout=0.0,
                       bias="none", task_type="CAUSAL_LM")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from agentlightning_cli.config import Settings
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.serve.adapters import AdapterClient, make_adapter, policy_name
+from agentlightning_cli.serve.adapters import (AdapterClient, adapter_rank, make_adapter, policy_name, rank_limit_for,
+                                               training_rank)
 from agentlightning_cli.serve.vllm import VLLMServer
 
 
@@ -70,7 +71,11 @@ class PolicyServer:
         if self.settings.serve.adapter is not None:
             r0 = self._given_adapter(Path(self.settings.serve.adapter))
         elif not (r0 / "adapter_config.json").is_file():
-            make_adapter(self.model, r0, rank=self.settings.serve.max_lora_rank)
+            # The zero adapter at the training rank (train.lora_rank), so round 0's training continues it as set.
+            train = self.settings.train
+            make_adapter(self.model, r0, rank=training_rank(self.model, self.settings), alpha=train.lora_alpha,
+                         target_modules=list(train.target_modules))
+        self._fit_rank(adapter_rank(r0))
         self._choose_template()
         self.vllm.start(warm_up=False)
         try:
@@ -89,11 +94,12 @@ class PolicyServer:
         if not config.is_file() or not (path / "adapter_model.safetensors").is_file():
             raise AlightError(f"--adapter {path}: no adapter_config.json + adapter_model.safetensors there",
                               hint="give a directory `alight train` wrote (runs/NAME/adapters/round-N)")
-        rank = int(json.loads(config.read_text(encoding="utf-8")).get("r", 0))
-        if rank > self.settings.serve.max_lora_rank:
-            # vLLM accepts only these ranks for --max-lora-rank
-            self.settings.serve.max_lora_rank = min(r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
         return path.resolve()
+
+    def _fit_rank(self, rank: int) -> None:
+        """vLLM's --max-lora-rank raised (never lowered) to serve an adapter of `rank`; later rounds keep it."""
+        if rank > self.settings.serve.max_lora_rank:
+            self.settings.serve.max_lora_rank = rank_limit_for(rank)
 
     def _choose_template(self) -> None:
         """serve.chat_template -> the --chat-template vLLM gets; the choice is written beside the run's store."""

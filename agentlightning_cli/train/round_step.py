@@ -82,16 +82,6 @@ def collect_rows(store: Any, episode_ids: list[str], ctx: RowContext, merge: str
     return report
 
 
-def default_rank(base_model: Path, settings: Any) -> int:
-    """train.lora_rank, else 8 for the embedded tiny model (vLLM's default --max-lora-rank here), else 32."""
-    if settings.train.lora_rank:
-        return settings.train.lora_rank
-    from agentlightning_cli.serve.tiny_model import tiny_model_dir
-
-    tiny = tiny_model_dir(settings.home).resolve()
-    return 8 if Path(base_model).resolve() == tiny or Path(base_model).name.startswith("tiny-") else 32
-
-
 def check_base_model(base_model: Path | None) -> Path:
     if base_model is None or not (Path(base_model) / "config.json").is_file():
         raise AlightError(f"base model not found: {base_model} has no config.json",
@@ -146,7 +136,9 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                              hint="use more attempts per task, or a reward that tells attempts apart")
     rows = adv.apply(rows, scored, t.loss_type)
     previous = _previous_adapter(rnd.adapter_path)
-    rank = _adapter_rank(previous) or default_rank(base_model, settings)
+    from agentlightning_cli.serve.adapters import training_rank
+
+    rank = _adapter_rank(previous) or training_rank(base_model, settings)
     choice = _template_choice(Path(store.path).parent, run.config or {})
     log(f"training round {round_index}: {len(rows)} rows from {sum(len(r.call_ids) for r in rows)} calls of"
         f" {scored.episodes} episodes ({scored.groups} groups), merge={t.merge}, temperature={temperature},"
