@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -41,22 +40,6 @@ class VLLMDied(AlightError):
     pass
 
 
-def _hub_model(model: Path | None) -> Path | None:
-    """`--model Qwen/Qwen2.5-Coder-7B-Instruct`: a Hugging Face Hub id (not a local folder) is downloaded once
-    into the Hub cache and served from there."""
-    text = str(model) if model is not None else ""
-    if not text or Path(text).expanduser().exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
-        return model
-    from huggingface_hub import snapshot_download
-
-    print(f"alight run: fetching {text} from the Hugging Face Hub (once; cached)", file=sys.stderr, flush=True)
-    try:
-        return Path(snapshot_download(text))
-    except Exception as exc:  # noqa: BLE001 - offline, unknown id, gated model: one clear error
-        raise AlightError(f"--model {text}: not a local folder, and the Hub download failed: {exc}",
-                          "pass a local model directory, or check the id and the network") from None
-
-
 def default_name(opts: RunOptions, recipe_name: str) -> str:
     """Deterministic, so the same command run again resumes the same run."""
     return f"{Path(opts.task_set).stem}-{recipe_name}"
@@ -79,7 +62,7 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         from agentlightning_cli.serve.policy import resolve_model
         from agentlightning_cli.serve.vllm import check_model_dir
 
-        model = resolve_model(settings, _hub_model(opts.model))
+        model = resolve_model(settings, opts.model)
         check_model_dir(model)
         size_for_harness(settings, recipe, model)
     if opts.max_calls is not None:

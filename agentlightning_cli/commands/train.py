@@ -33,8 +33,10 @@ def base_model_for(settings: Settings, run_row: Run, base_model: Path | None) ->
     embedded tiny model (a run that recorded no model served the default one)."""
     from agentlightning_cli.run_snapshot import recorded_home, served_model
 
-    if base_model is not None:
-        return Path(base_model), "--base-model"
+    if base_model is not None:  # a folder, a built-in name (tiny, smollm2) or a Hub id, as --model takes
+        from agentlightning_cli.serve.policy import resolve_model
+
+        return resolve_model(settings, base_model), "--base-model"
     served = served_model(run_row.config)
     if served:
         return Path(served), "the model the run served"

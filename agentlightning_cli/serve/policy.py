@@ -7,6 +7,7 @@ so from the first request on, every call goes to an adapter name and never to th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from agentlightning_cli.config import Settings
@@ -22,8 +23,9 @@ name in the current directory wins over the built-in."""
 
 
 def resolve_model(settings: Settings, model: Path | str | None = None) -> Path:
-    """--model / serve.model if given (a local HF directory, or a built-in name: tiny, smollm2), else the embedded
-    tiny model; a built-in is built once."""
+    """--model / serve.model if given (a local HF directory, a built-in name: tiny, smollm2, or a Hugging Face Hub
+    id such as Qwen/Qwen2.5-Coder-7B-Instruct), else the embedded tiny model; a built-in is built once, a Hub model
+    downloaded once into the Hub cache and read from there afterwards, offline too."""
     chosen = str(model or settings.serve.model or "tiny")
     home = Path(settings.home).expanduser()
     if chosen in BUILT_IN and Path(chosen).is_dir():
@@ -38,7 +40,36 @@ def resolve_model(settings: Settings, model: Path | str | None = None) -> Path:
         from agentlightning_cli.serve.tiny_model import ensure_tiny_model
 
         return ensure_tiny_model(home)
+    if not Path(chosen).expanduser().exists() and HUB_ID.fullmatch(chosen):
+        return hub_model(chosen)
     return Path(chosen).expanduser().resolve()
+
+
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def hub_model(repo_id: str) -> Path:
+    """A Hub model's folder in the Hub cache: the cached snapshot when there is one (no network), else downloaded
+    once (weights, config, tokenizer). Offline without a cached copy: one clear error."""
+    import sys
+
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise AlightError(f"model {repo_id}: a Hugging Face Hub id needs huggingface_hub ({exc})",
+                          "pip install 'agentlightning-cli[train]', or pass a local model directory") from None
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached yet (or partly): fetch it
+        pass
+    print(f"alight: fetching {repo_id} from the Hugging Face Hub (once; cached)", file=sys.stderr, flush=True)
+    try:
+        return Path(snapshot_download(repo_id))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown id, gated model: one clear error
+        raise AlightError(f"model {repo_id}: not a local folder, not in the Hub cache, and the download failed: "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                          "pass a local model directory, or check the id, your network and HF_TOKEN for gated "
+                          "models (HF_HUB_OFFLINE=1 forbids downloads)") from None
 
 
 class PolicyServer:
