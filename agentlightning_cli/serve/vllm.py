@@ -111,8 +111,11 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
     return cmd + list(settings.extra_args)
 
 
-def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False, sleep: bool = False) -> dict[str, str]:
+def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False, sleep: bool = False,
+               cuda_devices: list[str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    if cuda_devices:  # vLLM's GPUs (serve/gpu_plan.py): alight's own process may see only the trainer's
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(cuda_devices)
     if sleep:  # /sleep and /wake_up are development endpoints: served only with this set
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if cpu_lora:  # serve/cpu_lora.py, loaded by vLLM as a plugin, acts only with this set
@@ -146,6 +149,8 @@ class VLLMServer:
         self.process: subprocess.Popen | None = None
         self.started_at: float | None = None
         self.healthy_after_s: float | None = None
+        self.cuda_devices: list[str] | None = None
+        """vLLM's CUDA_VISIBLE_DEVICES, from the GPU plan (serve/gpu_plan.py); None: inherited."""
 
     @property
     def base_url(self) -> str:
@@ -183,7 +188,8 @@ class VLLMServer:
             try:
                 self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env=server_env(cpu_lora=self._cpu_lora(),
-                                                            sleep=sleep_mode(self.settings)),
+                                                            sleep=sleep_mode(self.settings),
+                                                            cuda_devices=self.cuda_devices),
                                              preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc

@@ -108,6 +108,14 @@ def train(job: GRPORun) -> GRPOResult:
     return GRPOResult(steps=steps, metrics=log.steps, seconds=time.perf_counter() - started, importance=importance)
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is torch running out of GPU memory (torch.OutOfMemoryError on every torch build)."""
+    import torch
+
+    kind = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    return kind is not None and isinstance(exc, kind)
+
+
 def release_memory() -> None:
     """Give a finished round's memory back. The trainer holds itself in reference cycles (TRL binds the model's
     forward), so only the cycle collector frees it; and glibc keeps freed heap in the arena of the thread that

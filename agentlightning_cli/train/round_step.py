@@ -160,12 +160,21 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         log(f"  step {int(entry['step'])}: loss {entry.get('loss', float('nan')):.4f}"
             f" reward {entry.get('reward', float('nan')):.3f} tokens/s {entry.get('tokens_per_s', 0):.0f}")
 
-    from agentlightning_cli.train.grpo import GRPORun, train
+    from agentlightning_cli.train.grpo import GRPORun, out_of_memory, train
 
-    result = train(GRPORun(base_model=base_model, rows=rows, out_dir=Path(out_dir), settings=t,
-                           temperature=temperature, rank=rank, previous_adapter=previous,
-                           logging_dir=Path(store.path).parent / "logs" / "tensorboard" / f"round-{round_index}",
-                           on_step=on_step))
+    job = GRPORun(base_model=base_model, rows=rows, out_dir=Path(out_dir), settings=t, temperature=temperature,
+                  rank=rank, previous_adapter=previous, on_step=on_step,
+                  logging_dir=Path(store.path).parent / "logs" / "tensorboard" / f"round-{round_index}")
+    try:
+        result = train(job)
+    except Exception as exc:
+        if not out_of_memory(exc):
+            raise
+        from agentlightning_cli.serve.gpu_plan import oom_hint
+
+        raise AlightError(f"training round {round_index} ran out of GPU memory ({len(rows)} rows of up to "
+                          f"{max(r.length for r in rows)} tokens, batch {t.batch_size}, LoRA rank {rank})",
+                          oom_hint(settings)) from exc
     imp = result.importance
     if imp.get("tokens"):
         log(f"  importance weights (round-start trainer vs vLLM, cap {imp['cap']:g}): mean {imp['mean']:.4f}"

@@ -1,0 +1,148 @@
+"""Where vLLM and the trainer run on a GPU machine, and how much of a shared GPU vLLM may take: one plan, computed
+before anything starts, from the GPUs this process may see, the settings and the model's size.
+
+- No GPU: nothing to plan (vLLM on CPU, training on CPU).
+- One GPU: vLLM and training share it. With sleep mode (the default there) vLLM sleeps while the trainer trains,
+  so it may keep most of the GPU (0.9); without it, vLLM gets what the trainer leaves: the base weights in bf16,
+  half as much again for activations and 2 GiB of CUDA context and buffers. A plan that cannot fit both is refused
+  up front, naming the model's size, the fraction and the settings to change, instead of failing after a round.
+- Several GPUs: vLLM on `serve.devices` (default: the first `serve.tensor_parallel_size` GPUs), training on
+  `train.devices` (default: the last GPU, when vLLM does not take it). Training uses one GPU (the first of
+  train.devices): several would need accelerate's multi-process launch. Nothing set never crashes: the trainer
+  only ever sees its own GPU.
+
+Device numbers in settings count the GPUs this process may see (CUDA_VISIBLE_DEVICES, if set, else the driver's
+list); the plan turns them into the values each process gets in its own CUDA_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentlightning_cli.errors import AlightError
+
+GIB = 1024 ** 3
+CONTEXT_BYTES = 2 * GIB  # CUDA context, cuBLAS workspace, LoRA buffers: what a process holds beyond its tensors
+SLEEPING_FRACTION = 0.9  # vLLM's share of a GPU it gives back (sleep level 1) whenever the trainer runs
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: str
+    """What CUDA_VISIBLE_DEVICES names it by (an index or a UUID)."""
+    total_bytes: int
+    name: str = ""
+
+
+@dataclass
+class GpuPlan:
+    serve_devices: list[str] = field(default_factory=list)
+    """vLLM's CUDA_VISIBLE_DEVICES ([]: no GPU, leave it alone)."""
+    train_device: str | None = None
+    """The trainer's one GPU (set as alight's own CUDA_VISIBLE_DEVICES before torch starts CUDA); None: CPU."""
+    shared: bool = False
+    sleep: bool = False
+    gpu_memory_utilization: float | None = None
+    lines: list[str] = field(default_factory=list)
+    """What was decided and why, for the log and the run's snapshot."""
+
+
+def visible_gpus() -> list[Gpu]:
+    """The GPUs this process may use: the driver's list (nvidia-smi), narrowed by CUDA_VISIBLE_DEVICES."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total,name", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[2].isdigit():
+            gpus.append((parts[0], parts[1], int(parts[2]) * 1024 ** 2, parts[3]))
+    wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if wanted is not None:
+        keep = [w.strip() for w in wanted.split(",") if w.strip()]
+        gpus = [g for w in keep for g in gpus if w in (g[0], g[1])]
+    return [Gpu(index, total, name) for index, _, total, name in gpus]
+
+
+def weights_bytes(model_dir: Path) -> int:
+    """The model's weights as stored (safetensors, else .bin): what vLLM and the trainer each load in bf16."""
+    folder = Path(model_dir)
+    files = list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))
+    return sum(f.stat().st_size for f in files)
+
+
+def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool) -> GpuPlan:
+    """The plan for these GPUs (visible_gpus()), settings (serve.devices, train.devices,
+    serve.gpu_memory_utilization, serve.sleep_between_rounds, serve.tensor_parallel_size) and a model of
+    `model_bytes`; `trains`: the run trains between rounds. Raises AlightError when the model cannot fit."""
+    if not gpus:
+        return GpuPlan(lines=["no GPU: vLLM and training run on the CPU"])
+    serve, train = settings.serve, settings.train
+    count = len(gpus)
+
+    def pick(numbers: list[int], what: str) -> list[Gpu]:
+        bad = [n for n in numbers if not 0 <= n < count]
+        if bad:
+            raise AlightError(f"{what} {numbers}: this machine shows {count} GPU(s) (0..{count - 1})",
+                              f"set {what} to GPUs that exist (CUDA_VISIBLE_DEVICES narrows what alight sees)")
+        return [gpus[n] for n in numbers]
+
+    tp = serve.tensor_parallel_size or 1
+    vllm_gpus = pick(list(serve.devices), "serve.devices") if serve.devices else gpus[:tp]
+    if train.devices:
+        trainer = pick(list(train.devices), "train.devices")[0]
+    else:
+        free = [g for g in gpus if g not in vllm_gpus]
+        trainer = free[-1] if free else vllm_gpus[0]
+    out = GpuPlan(serve_devices=[g.id for g in vllm_gpus], train_device=trainer.id if trains else None)
+    out.lines.append(f"vLLM on GPU {', '.join(g.id for g in vllm_gpus)}"
+                     + (f"; training on GPU {trainer.id}" if trains else ""))
+    if train.devices and len(train.devices) > 1:
+        out.lines.append(f"training uses GPU {trainer.id} only (several training GPUs need accelerate's launch)")
+    out.shared = trains and trainer in vllm_gpus
+    out.sleep = serve.sleep_between_rounds == "on" or (serve.sleep_between_rounds == "auto" and out.shared)
+    out.gpu_memory_utilization = serve.gpu_memory_utilization
+    if not out.shared:
+        return out
+    total = trainer.total_bytes
+    trainer_needs = int(model_bytes * 1.5) + CONTEXT_BYTES  # bf16 weights + activations, at least
+    vllm_needs = int(model_bytes * 1.2) + CONTEXT_BYTES     # weights + a KV cache worth having
+    size = f"{model_bytes / GIB:.1f} GiB of weights on a {total / GIB:.0f} GiB GPU"
+    if out.sleep:
+        fraction = out.gpu_memory_utilization or SLEEPING_FRACTION
+        if trainer_needs > total or vllm_needs > fraction * total:
+            raise AlightError(f"the model does not fit this GPU for both serving and training: {size}",
+                              "use a smaller model, or a GPU with more memory (train.devices: another GPU)")
+        out.gpu_memory_utilization = fraction
+        out.lines.append(f"one GPU shared: vLLM sleeps while the trainer trains; gpu_memory_utilization {fraction}")
+        return out
+    room = total - trainer_needs
+    fraction = out.gpu_memory_utilization or round(max(0.0, room / total) - 0.01, 2)
+    if fraction * total < vllm_needs or (1 - fraction) * total < trainer_needs:
+        raise AlightError(
+            f"vLLM and the trainer cannot share this GPU without sleep mode: {size}; vLLM at "
+            f"gpu_memory_utilization {fraction} leaves {(1 - fraction) * total / GIB:.1f} GiB, the trainer needs about "
+            f"{trainer_needs / GIB:.1f} GiB and vLLM about {vllm_needs / GIB:.1f} GiB",
+            "set serve.sleep_between_rounds: on (or auto), or give training its own GPU (train.devices), or a "
+            "smaller model")
+    out.gpu_memory_utilization = fraction
+    out.lines.append(f"one GPU shared without sleep mode: vLLM takes {fraction} of it, the rest is the trainer's")
+    return out
+
+
+def oom_hint(settings: Any) -> str:
+    """What to change after the trainer ran out of GPU memory."""
+    serve = settings.serve
+    return (f"lower train.batch_size (now {settings.train.batch_size}) or train.max_row_tokens; with one GPU set "
+            f"serve.sleep_between_rounds: on (now {serve.sleep_between_rounds}) or lower serve.gpu_memory_utilization"
+            f" (now {serve.gpu_memory_utilization}); or give training its own GPU (train.devices). Rerun the same "
+            "command to resume: the round trains again")

@@ -1,0 +1,129 @@
+"""The GPU plan (serve/gpu_plan.py), computed without a GPU: where vLLM and the trainer run, vLLM's share of a
+shared GPU, the up-front refusal when both cannot fit, what each process is given, the GPUs as nvidia-smi lists
+them, and the message a trainer out of GPU memory ends with."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from train_support import new_run, record_round, small_settings
+
+from agentlightning_cli.config import Settings
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.serve import gpu_plan
+from agentlightning_cli.serve.gpu_plan import GIB, Gpu, plan, visible_gpus
+
+H100 = 80 * GIB
+MODEL_7B = 15 * GIB
+
+
+def gpus(n: int, total: int = H100) -> list[Gpu]:
+    return [Gpu(str(i), total, "H100") for i in range(n)]
+
+
+def settings(**serve) -> Settings:
+    s = Settings()
+    for key, value in serve.items():
+        setattr(s.serve, key, value)
+    return s
+
+
+def test_one_gpu_is_shared_with_sleep_mode_by_default():
+    p = plan(gpus(1), settings(), MODEL_7B, trains=True)
+    assert (p.serve_devices, p.train_device, p.shared, p.sleep, p.gpu_memory_utilization) == (["0"], "0", True, True, 0.9)
+    assert any("sleeps while the trainer trains" in line for line in p.lines)
+
+
+def test_one_gpu_without_sleep_leaves_the_trainer_its_share_or_refuses_up_front():
+    p = plan(gpus(1), settings(sleep_between_rounds="off"), MODEL_7B, trains=True)
+    assert not p.sleep and 0.5 < p.gpu_memory_utilization < 0.7
+    assert (1 - p.gpu_memory_utilization) * H100 >= MODEL_7B * 1.5 + gpu_plan.CONTEXT_BYTES
+    with pytest.raises(AlightError) as err:
+        plan(gpus(1, 24 * GIB), settings(sleep_between_rounds="off"), MODEL_7B, trains=True)
+    assert "15.0 GiB of weights on a 24 GiB GPU" in err.value.message and "gpu_memory_utilization" in err.value.message
+    assert "serve.sleep_between_rounds: on" in err.value.hint and "train.devices" in err.value.hint
+    with pytest.raises(AlightError, match="does not fit this GPU"):
+        plan(gpus(1, 16 * GIB), settings(), MODEL_7B, trains=True)  # not even with sleep mode
+    with pytest.raises(AlightError, match="leaves 8.0 GiB"):  # a fraction set too high is refused, not tried
+        plan(gpus(1), settings(sleep_between_rounds="off", gpu_memory_utilization=0.9), MODEL_7B, trains=True)
+
+
+def test_several_gpus_give_training_its_own_by_default():
+    p = plan(gpus(4), settings(), MODEL_7B, trains=True)
+    assert (p.serve_devices, p.train_device, p.shared, p.sleep, p.gpu_memory_utilization) == (["0"], "3", False, False, None)
+    tp = plan(gpus(4), settings(tensor_parallel_size=2), MODEL_7B, trains=True)
+    assert tp.serve_devices == ["0", "1"] and tp.train_device == "3"
+    everything = plan(gpus(4), settings(tensor_parallel_size=4, devices=[0, 1, 2, 3]), MODEL_7B, trains=True)
+    assert everything.train_device == "0" and everything.shared and everything.sleep
+    s = settings(devices=[0, 1])
+    s.train.devices = [2, 3]
+    chosen = plan(gpus(4), s, MODEL_7B, trains=True)
+    assert chosen.train_device == "2" and any("GPU 2 only" in line for line in chosen.lines)
+
+
+def test_serving_alone_and_wrong_devices_and_no_gpu():
+    alone = plan(gpus(1), settings(), MODEL_7B, trains=False)
+    assert alone.train_device is None and not alone.shared and not alone.sleep
+    with pytest.raises(AlightError, match=r"serve.devices \[5\]: this machine shows 4 GPU"):
+        plan(gpus(4), settings(devices=[5]), MODEL_7B, trains=True)
+    none = plan([], settings(), MODEL_7B, trains=True)
+    assert none.serve_devices == [] and none.train_device is None and "CPU" in none.lines[0]
+
+
+def test_the_gpus_nvidia_smi_lists_narrowed_by_cuda_visible_devices(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, GPU-aaa, 81559, NVIDIA H100'\necho '1, GPU-bbb, 81559, NVIDIA H100'\n"
+                    "echo '2, GPU-ccc, 40960, NVIDIA A100'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [(g.id, g.total_bytes // 1024 ** 2, g.name) for g in visible_gpus()] == [
+        ("0", 81559, "NVIDIA H100"), ("1", 81559, "NVIDIA H100"), ("2", 40960, "NVIDIA A100")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-aaa")
+    assert [g.id for g in visible_gpus()] == ["2", "0"]
+
+
+def test_the_plan_is_applied_before_vllm_starts(tmp_path, monkeypatch):
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+    from agentlightning_cli.serve.vllm import build_command, server_env
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    monkeypatch.setattr(gpu_plan, "visible_gpus", lambda: gpus(2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    policy = PolicyServer(small_settings(), tmp_path / "run", tiny, trains=True)
+
+    def where_vllm_starts(*args, **kwargs):
+        raise StopIteration
+
+    monkeypatch.setattr(policy.vllm, "start", where_vllm_starts)
+    with pytest.raises(StopIteration):
+        policy.start()
+    assert policy.vllm.cuda_devices == ["0"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1"  # the trainer's GPU
+    assert server_env({"CUDA_VISIBLE_DEVICES": "1"}, cuda_devices=["0"])["CUDA_VISIBLE_DEVICES"] == "0"
+    assert policy.settings.serve.sleep_between_rounds == "off" and not policy.sleeps  # not shared: no sleep
+    assert "--enable-sleep-mode" not in build_command("python", tiny, 8000, policy.settings.serve)
+
+
+def test_a_trainer_out_of_gpu_memory_ends_with_what_to_change(tmp_path, monkeypatch):
+    import torch
+
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+    from agentlightning_cli.train import grpo
+    from agentlightning_cli.train.round_step import train_round
+
+    def out_of_memory(job):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(grpo, "train", out_of_memory)
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0)
+    with pytest.raises(AlightError) as err:
+        train_round(store, run.id, 0, base_model=build_tiny_model(tmp_path / "tiny"), settings=small_settings(),
+                    out_dir=tmp_path / "out")
+    store.close()
+    assert "ran out of GPU memory" in err.value.message and "batch 4" in err.value.message
+    assert "train.batch_size (now 4)" in err.value.hint and "Rerun the same command to resume" in err.value.hint
