@@ -23,6 +23,7 @@ Heavy imports (torch, trl, peft) happen inside functions only.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ def load_policy(base_model: Path, previous_adapter: Path | None, settings: Any, 
 def train(job: GRPORun) -> GRPOResult:
     """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result."""
     started = time.perf_counter()
+    import_training_stack()  # before anything on this stack holds a model
     trainer, log = build_trainer(job)
     try:
         importance = trainer.round_importance
@@ -140,6 +142,36 @@ def release_memory() -> None:
             ctypes.CDLL(libc).malloc_trim(0)
         except (OSError, AttributeError):  # not glibc (musl): nothing to trim
             pass
+
+
+_imported = threading.Event()
+
+
+def import_training_stack() -> None:
+    """Import transformers' trainer, PEFT, TRL and alight's trainer once, in a thread of their own. Why: TRL imports
+    vLLM, and vLLM keeps the exception of an optional import (torchcodec) with its traceback, which holds every
+    frame that was on the importing stack, locals included. Imported from a round's own stack, that kept round 0's
+    model (and its trainer) alive for the whole run, whatever was released; from this thread's short stack it
+    keeps nothing that matters. A failed import is left for the caller's own import to raise."""
+    if _imported.is_set():
+        return
+
+    def load() -> None:
+        _quiet_hub()
+        try:
+            import peft  # noqa: F401
+            import transformers  # noqa: F401
+            import trl  # noqa: F401
+            from transformers import AutoModelForCausalLM, AutoTokenizer, trainer_callback  # noqa: F401
+
+            from agentlightning_cli.train import stored_trainer  # noqa: F401
+        except Exception:  # noqa: BLE001 - raised again, with its message, where it is used
+            return
+        _imported.set()
+
+    loader = threading.Thread(target=load, name="alight-import-trainer", daemon=True)
+    loader.start()
+    loader.join()
 
 
 def build_trainer(job: GRPORun) -> tuple[Any, Any]:
