@@ -39,7 +39,13 @@ class ServeSettings(Section):
     max_model_len: int = 4096
     max_lora_rank: int = 8
     max_loras: int = 2
-    tool_call_parser: str = "hermes"
+    tool_call_parser: str = "auto"
+    """vLLM's tool-call parser: `auto` picks it from the model's config.json and chat template (hermes for Qwen2.5
+    and ChatML models, llama3_json, mistral, qwen3_coder, openai for gpt-oss, ...: serve/parsers.py); any other
+    value is passed to vLLM as it is."""
+    reasoning_parser: str = "auto"
+    """vLLM's reasoning parser: `auto` for the families that think (Qwen3, gpt-oss, DeepSeek, GLM-4.5, R1
+    distills), none otherwise; `none` turns it off; any other value is passed to vLLM."""
     kv_cache_bytes: int = 256 * 1024 * 1024
     """KV-cache size on CPU (vLLM cannot pick one itself there)."""
     gpu_memory_utilization: float | None = None

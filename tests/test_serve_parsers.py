@@ -69,3 +69,39 @@ def test_every_name_chosen_is_one_the_installed_vllm_registers():
     chosen_reasoning = set(parsers._REASONING_BY_TYPE.values()) | {"qwen3", "deepseek_r1"}
     assert chosen_tools <= tools, chosen_tools - tools
     assert chosen_reasoning <= reasoning, chosen_reasoning - reasoning
+
+
+def test_vllm_starts_with_the_chosen_parsers(tmp_path):
+    from agentlightning_cli.config import ServeSettings
+    from agentlightning_cli.serve.vllm import build_command
+
+    def flags(folder: Path, **settings) -> tuple[str, str | None]:
+        cmd = build_command("python", folder, 8000, ServeSettings(**settings))
+        reasoning = cmd[cmd.index("--reasoning-parser") + 1] if "--reasoning-parser" in cmd else None
+        return cmd[cmd.index("--tool-call-parser") + 1], reasoning
+
+    assert flags(model(tmp_path, "llama", LLAMA3)) == ("llama3_json", None)
+    assert flags(model(tmp_path, "qwen3", CHATML + "<think>")) == ("hermes", "qwen3")
+    assert flags(model(tmp_path, "qwen2", CHATML), tool_call_parser="pythonic") == ("pythonic", None)
+
+
+def test_a_tool_calling_harness_is_warned_of_a_template_that_drops_tools(tmp_path):
+    from agentlightning_cli.commands.context import tools_warning
+    from agentlightning_cli.harness.recipe import load
+    from agentlightning_cli.serve.parsers import template_renders_tools
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")  # its ChatML template writes the tools into the system turn
+    assert template_renders_tools(tiny) is True
+    dropping = tmp_path / "drops-tools"
+    dropping.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        (dropping / name).write_bytes((tiny / name).read_bytes())
+    (dropping / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}<|im_start|>assistant\\n")
+    assert template_renders_tools(dropping) is False
+    assert template_renders_tools(tmp_path / "nowhere") is None
+    mini, text = load("mini-swe-agent"), load("mini-swe-agent-text")
+    assert tools_warning(mini, tiny) is None and tools_warning(text, dropping) is None  # text mode needs no tools
+    warning = tools_warning(mini, dropping)
+    assert "does not render tools" in warning and "mini-swe-agent-text" in warning

@@ -68,3 +68,16 @@ def size_for_serve(settings: Settings, model: Path | None) -> list[str]:
     return [f"{name} needs a context of {need} tokens; serve.max_model_len is {have}"
             + (f" and the model takes at most {limit}" if limit is not None and limit < need else "")
             for name, need in sorted(needs.items()) if need > have]
+
+
+def tools_warning(recipe: Recipe, model: Path | None) -> str | None:
+    """A warning when a tool-calling harness meets a model whose chat template never shows the tools."""
+    if not recipe.tool_calls or model is None:
+        return None
+    from agentlightning_cli.serve.parsers import template_renders_tools
+
+    if template_renders_tools(model) is False:
+        return (f"model {model}'s chat template does not render tools, and harness '{recipe.name}' offers its tools "
+                "through the API: the model never sees them. Use a model whose template renders tools, a text-mode "
+                "harness (mini-swe-agent-text), or serve.chat_template PATH")
+    return None

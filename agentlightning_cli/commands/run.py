@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
-from agentlightning_cli.commands.context import size_for_harness
+from agentlightning_cli.commands.context import size_for_harness, tools_warning
 from agentlightning_cli.commands.run_checks import RunOptions, check_numbers, load_task_subset, recipe_and_install
 from agentlightning_cli.commands.sandbox_guard import refuse_exposures
 from agentlightning_cli.errors import AlightError
@@ -65,6 +65,9 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         model = resolve_model(settings, opts.model)
         check_model_dir(model)
         size_for_harness(settings, recipe, model)
+        warning = tools_warning(recipe, model)
+        if warning:
+            print(f"alight run: WARNING: {warning}", file=sys.stderr, flush=True)
     if opts.max_calls is not None:
         settings.proxy.budgets.max_calls = opts.max_calls
     if opts.max_tokens is not None:

@@ -111,6 +111,9 @@ class Recipe(_Strict):
     max_turns: int | None = None
     """Default turn/step limit passed to the command (None where the harness has none)."""
     timeout_s: float = 1800.0
+    tool_calls: bool = True
+    """The harness offers its tools through the API (tool calling); False for text-mode harnesses that read actions
+    from the reply's text. With True, `alight run` warns when the model's chat template never shows the tools."""
     context_tokens: int | None = Field(default=None, gt=0)
     """The context (prompt + answer tokens) the harness needs to work: its first prompt plus room for the
     conversation. `alight run` and `alight serve` start vLLM with at least this max_model_len."""

@@ -95,3 +95,23 @@ def _tool_parser(model_type: str | None, template: str) -> tuple[str, str]:
     if model_type in _BY_TYPE:
         return _BY_TYPE[model_type], f"model_type {model_type}"
     return "hermes", f"model_type {model_type}: hermes, the ChatML <tool_call> format (Qwen2.5, Qwen3, SmolLM, ...)"
+
+
+PROBE_TOOL = "alight_probe_tool"
+
+
+def template_renders_tools(model_dir: Path) -> bool | None:
+    """Whether the model's chat template writes a request's tools into the prompt (a tool named PROBE_TOOL shows
+    up in the rendered text); None when the tokenizer cannot be loaded here. A template that drops them leaves a
+    tool-calling harness talking to a model that never learns its tools exist."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        tool = {"type": "function", "function": {"name": PROBE_TOOL, "description": "probe",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[tool], tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - no tokenizer files, no template, a template that fails on tools: unknown
+        return None
+    return PROBE_TOOL in str(text)

