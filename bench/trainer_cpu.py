@@ -36,12 +36,12 @@ def _memory_mb() -> tuple[int, int]:
 
 def synthetic_round(store, run_id: str, index: int, rng: random.Random, tasks: int = 2, attempts: int = 8,
                     calls: int = 2, prompt: int = 250, answer: int = 60, gap: int = 40, vocab: int = 40000,
-                    temperature: float = 0.7) -> None:
+                    temperature: float = 0.7, adapter_path: str | None = None) -> None:
     """A finished round of tasks x attempts episodes with random ids, each `calls` chained calls (every prompt
     extends the last by its answer and a `gap`), random rewards: the shape of a harness round, for speed only."""
     from agentlightning_cli.store import CallRecord
 
-    rnd = store.create_round(run_id, index, f"policy-r{index}", None)
+    rnd = store.create_round(run_id, index, f"policy-r{index}", adapter_path)
     for task in range(tasks):
         for attempt in range(attempts):
             ep = store.create_episode(run_id, rnd.id, f"t{task}", attempt, "h", "k")
