@@ -22,7 +22,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -57,8 +56,7 @@ def check_model(label: str, base: Path, hold: float, rows: int, work: Path) -> d
 
     from agentlightning_cli.config import Settings
     from agentlightning_cli.store import Store
-    from agentlightning_cli.train.round_step import train_round
-    from trainer_cpu import synthetic_round
+    from trainer_cpu import synthetic_round, train_in_new_thread
 
     params = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"]).load_file(
         str(next(base.glob("*.safetensors")))).values())
@@ -77,21 +75,11 @@ def check_model(label: str, base: Path, hold: float, rows: int, work: Path) -> d
         synthetic_round(store, run.id, index, rng, tasks=2, attempts=rows // 2, vocab=4000,
                         adapter_path=str(adapter) if adapter else None)
         torch.cuda.reset_peak_memory_stats()
-        result: dict = {}
-
-        def train(index: int = index, result: dict = result) -> None:
-            started = time.perf_counter()
-            result["report"] = train_round(store, run.id, index, base_model=base, settings=settings,
-                                           out_dir=work / f"{label}-adapter-{index + 1}", log=lambda m: None)
-            result["seconds"] = time.perf_counter() - started
-
-        worker = threading.Thread(target=train)
-        worker.start()
-        worker.join()
-        report = result["report"]
+        report, seconds = train_in_new_thread(store, run.id, index, base, settings,
+                                              work / f"{label}-adapter-{index + 1}")
         steps = store.list_train_steps(run.id, index)
         rounds.append({
-            "round": index, "rows": report.rows, "steps": report.steps, "seconds": round(result["seconds"], 1),
+            "round": index, "rows": report.rows, "steps": report.steps, "seconds": round(seconds, 1),
             "tokens_per_s": [round(s.tokens_per_s, 1) for s in steps if s.tokens_per_s],
             "peak_trainer_mb": round((torch.cuda.max_memory_allocated() - baseline) / MB),
             "left_allocated_mb": round((torch.cuda.memory_allocated() - baseline) / MB),

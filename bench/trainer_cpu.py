@@ -57,15 +57,34 @@ def synthetic_round(store, run_id: str, index: int, rng: random.Random, tasks: i
             store.update_episode(ep.id, status="done", outcome="finished", reward=float(rng.random()))
 
 
+def train_in_new_thread(store, run_id: str, index: int, base: Path, settings, out_dir: Path):
+    """train_round for round `index` in a new thread, as `alight run` trains between rounds: (report, seconds)."""
+    import threading
+
+    from agentlightning_cli.train.round_step import train_round
+
+    result: dict = {}
+
+    def train() -> None:
+        started = time.perf_counter()
+        result["report"] = train_round(store, run_id, index, base_model=base, settings=settings, out_dir=out_dir,
+                                       log=lambda m: None)
+        result["seconds"] = time.perf_counter() - started
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    if "report" not in result:
+        raise SystemExit(f"round {index}'s training failed (its traceback is above)")
+    return result["report"], result["seconds"]
+
+
 def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> dict:
     """Runs in the child process: `rounds` train_rounds on a fresh synthetic store, each in a new thread as
     `alight run` trains between rounds; the last round's numbers, and resident memory after every round."""
-    import threading
-
     from agentlightning_cli.config import Settings
     from agentlightning_cli.serve.policy import resolve_model
     from agentlightning_cli.store import Store
-    from agentlightning_cli.train.round_step import train_round
 
     work = Path(tempfile.mkdtemp(prefix="alight-trainer-cpu-"))
     store = Store.open(work / "run")
@@ -77,20 +96,10 @@ def one_round(model: str, batch_size: int, grad_accum: int, rounds: int = 2) -> 
     out: dict = {"rss_after_round_mb": []}
     for index in range(rounds):
         synthetic_round(store, run.id, index, rng)
-        result: dict = {}
-
-        def train(index: int = index, result: dict = result) -> None:
-            started = time.perf_counter()
-            result["report"] = train_round(store, run.id, index, base_model=base, settings=settings,
-                                           out_dir=work / f"adapter-{index}", log=lambda m: None)
-            result["seconds"] = time.perf_counter() - started
-
-        thread = threading.Thread(target=train)
-        thread.start()
-        thread.join()
+        report, seconds = train_in_new_thread(store, run.id, index, base, settings, work / f"adapter-{index}")
         out["rss_after_round_mb"].append(_memory_mb()[0])
         steps = store.list_train_steps(run.id, index)
-        out.update(rows=result["report"].rows, steps=result["report"].steps, round_s=round(result["seconds"], 1),
+        out.update(rows=report.rows, steps=report.steps, round_s=round(seconds, 1),
                    tokens_per_step=steps[0].extra.get("tokens") if steps else None,
                    tokens_per_s=[round(s.tokens_per_s, 1) for s in steps])
     out["peak_rss_mb"] = _memory_mb()[1]

