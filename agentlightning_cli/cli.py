@@ -356,16 +356,13 @@ def inspect_browse(run: RunArg = None) -> None:
 @inspect_app.command("runs")
 def inspect_runs(as_json: JsonFlag = False) -> None:
     """List the runs under runs_dir, newest first: status, rounds, episodes."""
-    from agentlightning_cli.commands.inspect import runs
-    from agentlightning_cli.inspect.text import cell, table, when
+    from agentlightning_cli.commands.inspect import runs, runs_table
 
     rows = runs(_runs_dir())
     if as_json:
         emit_json(rows)
         return
-    typer.echo(table(["run", "status", "rounds", "episodes", "created", "dir"], [
-        [r["name"], r["status"], cell(r["rounds"]), cell(r["episodes"]), when(r["created_at"]), r["dir"]] for r in rows]),
-        nl=False)
+    typer.echo(runs_table(rows), nl=False)
 
 
 @inspect_app.command("list")

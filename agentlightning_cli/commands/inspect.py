@@ -164,3 +164,11 @@ def browse(run: str | None, runs_dir: Path) -> None:
         from agentlightning_cli.inspect.app import InspectApp
 
         InspectApp(run_dir, runs_dir=runs_dir, preload=preload).run()
+
+
+def runs_table(rows: list[dict[str, Any]]) -> str:
+    """The table `alight inspect runs` prints."""
+    from agentlightning_cli.inspect.text import cell, table, when
+
+    return table(["run", "status", "rounds", "episodes", "created", "dir"], [
+        [r["name"], r["status"], cell(r["rounds"]), cell(r["episodes"]), when(r["created_at"]), r["dir"]] for r in rows])
