@@ -243,6 +243,8 @@ def main() -> None:
             print(f"recording {harness} episodes ...", flush=True)
             episodes, meta = asyncio.run(record_episodes(work, harness, args.episodes, args.calls))
             result["merge"][harness] = {**meta, **merge_table(episodes)}
+        for harness, numbers in (previous.get("merge") or {}).items():  # not recorded this time: the last numbers
+            result["merge"].setdefault(harness, {**numbers, "kept_from_previous_run": True})
         if args.real_traffic:
             print("real traffic: SmolLM2 through mini-swe-agent-text and codex ...", flush=True)
             result["real_traffic"] = real_traffic(work)
