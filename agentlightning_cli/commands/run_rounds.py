@@ -74,9 +74,9 @@ async def train_between(settings: Settings, ctx: RunContext, policy: PolicyServe
     out_dir = policy.adapter_dir(index + 1)
     asleep = policy.sleeps
     try:
-        if asleep:
-            say(f"vLLM sleeps while round {index} trains ({await asyncio.to_thread(policy.sleep):.1f} s)")
         try:
+            if asleep:  # inside: a sleep that fails half way is still followed by a wake-up (harmless when awake)
+                say(f"vLLM sleeps while round {index} trains ({await asyncio.to_thread(policy.sleep):.1f} s)")
             report = await asyncio.to_thread(train_round, store, ctx.run_id, index, base_model=model,
                                              settings=settings, out_dir=out_dir)
         finally:
