@@ -16,15 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
-from harness_support import harness_home, installed
+from harness_support import installed
 
-from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides, ServeSettings
+from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 POLICY = "policy-r0"
-# Codex's first request is ~14k tokens with the tiny model's 4k-word vocabulary.
-SERVE = ServeSettings(max_model_len=32768, max_lora_rank=8, max_loras=2, startup_timeout_s=300)
 PROXY = ProxySettings(sampling=SamplingOverrides(max_tokens_cap=24, temperature=1.0))
 CODEX_CALLS = 2
 # 64 tokens: the envelope up to the tool's name takes ~20-55 tokens when the model spells it in fragments.
@@ -32,18 +30,12 @@ FORCED = ProxySettings(sampling=SamplingOverrides(max_tokens_cap=64, temperature
                        budgets=Budgets(max_calls=CODEX_CALLS))
 
 
-@pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
-    from agentlightning_cli.serve.tiny_model import ensure_tiny_model
-    from agentlightning_cli.serve.vllm import VLLMServer
-
-    model = ensure_tiny_model(harness_home())
-    run_dir = tmp_path_factory.mktemp("vllm")
-    adapter = make_adapter(model, run_dir / "adapters" / "r0", rank=SERVE.max_lora_rank)
-    with VLLMServer(model, SERVE, run_dir / "vllm.log") as server:
-        AdapterClient(server.base_url).load(POLICY, adapter)
-        yield server.base_url
+@pytest.fixture
+def vllm_url(shared_tiny_vllm) -> str:
+    """The session's shared tiny-model vLLM (tests/vllm_support.py), `policy-r0` loaded. Codex's first request is
+    ~14k tokens with the tiny model's 4k-word vocabulary: it needs the 32k context."""
+    assert shared_tiny_vllm.policy == POLICY and shared_tiny_vllm.server.settings.max_model_len >= 32768
+    return shared_tiny_vllm.base_url
 
 
 def _assert_recorded_ok(calls: list, cap: int) -> None:

