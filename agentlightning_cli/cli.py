@@ -392,10 +392,15 @@ def inspect_show(
     as_json: JsonFlag = False,
     raw: Annotated[bool, typer.Option("--raw", help="A call's exact bodies, token ids and logprobs.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Print long messages whole instead of their start.")] = False,
+    patch: Annotated[bool, typer.Option("--patch", help="An episode's patch alone, byte for byte (pipe it to `git apply`).")] = False,
 ) -> None:
-    """Show an episode (its calls and training rows) or a call (the conversation, the reply, tokens, timings)."""
-    from agentlightning_cli.commands.inspect import show
+    """Show an episode (its calls, patch and training rows) or a call (the conversation, the reply, tokens, timings)."""
+    from agentlightning_cli.commands.inspect import episode_patch, show
 
+    if patch:
+        sys.stdout.buffer.write(episode_patch(ident, run, _runs_dir()))
+        sys.stdout.flush()
+        return
     out = show(ident, run, _runs_dir(), as_json, raw, full)
     if as_json:
         emit_json(out)
@@ -406,14 +411,17 @@ def inspect_show(
 @inspect_app.command("export")
 def inspect_export(
     run: RunArg = None,
-    fmt: Annotated[str, typer.Option("--format", help="har (HAR 1.2, one entry per call) or jsonl (one call a line, with token ids and logprobs).")] = "har",
+    fmt: Annotated[str, typer.Option("--format", help="har (HAR 1.2, one entry per call), jsonl (one call a line, with token ids and logprobs) or swebench (one prediction per episode: instance_id, model_name_or_path, model_patch).")] = "har",
     out: Annotated[Optional[Path], typer.Option(help="File to write (default: stdout).")] = None,
     round_index: Annotated[Optional[int], typer.Option("--round", help="Only this round.")] = None,
+    attempt: Annotated[Optional[int], typer.Option(help="Only this attempt (SWE-bench keeps one prediction per instance).")] = None,
+    model_name: Annotated[Optional[str], typer.Option(help="swebench: the predictions' model_name_or_path (default: alight/RUN).")] = None,
 ) -> None:
-    """Export every call of a run as HAR (mitmproxy, browsers' devtools) or JSONL (for other trainers)."""
+    """Export every call of a run as HAR (mitmproxy, browsers' devtools) or JSONL (for other trainers), or its
+    episodes' patches as SWE-bench predictions, to grade with SWE-bench's own harness."""
     from agentlightning_cli.commands.inspect import export
 
-    export(run, _runs_dir(run), fmt, out, round_index)
+    export(run, _runs_dir(run), fmt, out, round_index, attempt, model_name)
 
 
 @inspect_app.command("stats")

@@ -190,3 +190,29 @@ def test_runs_json(demo, tmp_path: Path):
     assert runs == [{"object": "run", "id": demo.run_id, "name": "demo", "dir": "runs/demo", "status": "running",
                      "created_at": runs[0]["created_at"], "rounds": 3, "episodes": 12,
                      "config": {"harness": "mixed", "rounds": 3}}]
+
+
+def test_swebench_predictions_one_per_instance(demo, tmp_path: Path):
+    with Store.open(demo.run_dir) as store:
+        summaries = store.episode_summaries()
+        round0 = [s for s in summaries if s.round_index == 0]
+        for s in round0:
+            patch = f"diff --git a/{s.episode.task_id}.py b/{s.episode.task_id}.py\n# attempt {s.episode.attempt}\n"
+            if s.episode.attempt == 0 and s.episode.task_id == round0[0].episode.task_id:
+                store.set_patch(s.episode.id, None, 3, 20_000_000, "the agent's patch is 20,000,000 bytes, over the"
+                                                                   " 16,777,216-byte limit: not kept")
+            else:
+                store.set_patch(s.episode.id, patch.encode(), 1, len(patch))
+    twice = alight(tmp_path, "inspect", "export", "demo", "--format", "swebench", check=False)
+    assert twice.returncode != 0 and "one prediction per instance id" in twice.stderr and "--attempt" in twice.stderr
+    one = alight(tmp_path, "inspect", "export", "demo", "--format", "swebench", "--round", "0", "--attempt", "1")
+    lines = [json.loads(x) for x in one.stdout.splitlines()]
+    assert sorted(x["instance_id"] for x in lines) == sorted({s.episode.task_id for s in round0})
+    assert all(x["model_patch"].endswith("# attempt 1\n") and x["model_name_or_path"] == "alight/demo" for x in lines)
+    first = alight(tmp_path, "inspect", "export", "demo", "--format", "swebench", "--round", "0", "--attempt", "0")
+    assert len(first.stdout.splitlines()) == 1 and "left out 1 episode(s): patch not kept" in first.stderr
+    shown = json.loads(alight(tmp_path, "inspect", "show", round0[0].episode.id, "--json").stdout)
+    assert shown["patch"]["text"] is None and "not kept" in shown["patch"]["error"]
+    assert "patch: the agent's patch is 20,000,000 bytes" in alight(tmp_path, "inspect", "show", round0[0].episode.id).stdout
+    refused = alight(tmp_path, "inspect", "show", round0[0].episode.id, "--patch", check=False)
+    assert refused.returncode != 0 and "was not kept" in refused.stderr

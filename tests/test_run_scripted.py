@@ -9,6 +9,8 @@ the run works, calls are recorded without ids and the summary says it cannot be 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
@@ -53,9 +55,31 @@ def test_solved_and_unsolved_tasks_get_1_and_0_and_hidden_tests_stay_hidden(tmp_
         run = store.get_run("a")
         assert run.status == "done" and run.config["options"]["attempts"] == 1 and run.config["harness"] == "mini-swe-agent"
         assert "proxy" in run.config["settings"]
+        patches = {ep.task_id: store.get_patch(ep.id) for ep in episodes}
+        solve_id = next(ep.id for ep in episodes if ep.task_id == "solve")
     finally:
         store.close()
     assert "[2/2]" in proc.stderr  # plain progress lines when stderr is not a terminal
+    # The agent's patch: its edit and its own file, taken before the hidden tests went in.
+    for task_id, stored in patches.items():
+        text = stored.patch.decode()
+        assert stored.error is None and "seen.txt" in text and "test_hidden" not in text, text
+        assert ("+    return a + b" in text) == (task_id == "solve") and stored.files == (2 if task_id == "solve" else 1)
+    shown = rs.alight(["inspect", "show", solve_id, "--run", str(out), "--patch"], cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.encode() == patches["solve"].patch
+    assert not (out / "patch-bases").exists() or not any((out / "patch-bases").iterdir())
+    # What a SWE-bench grader would get: one prediction per task, the stored patch verbatim, applying cleanly.
+    predictions = tmp_path / "preds.jsonl"
+    export = rs.alight(["inspect", "export", str(out), "--format", "swebench", "--out", str(predictions)], cwd=tmp_path)
+    assert export.returncode == 0 and "wrote 2 SWE-bench prediction(s)" in export.stderr, export.stderr
+    lines = {p["instance_id"]: p for p in map(json.loads, predictions.read_text().splitlines())}
+    assert lines["solve"] == {"instance_id": "solve", "model_name_or_path": "alight/a",
+                              "model_patch": patches["solve"].patch.decode()}
+    fresh = tmp_path / "fresh"
+    shutil.copytree(tmp_path / "repos" / "calc", fresh)
+    applied = subprocess.run(["git", "apply", "-"], input=lines["solve"]["model_patch"], text=True, cwd=fresh,
+                             capture_output=True)
+    assert applied.returncode == 0 and "a + b" in (fresh / "calc.py").read_text(), applied.stderr
 
 
 def test_upstream_that_rejects_token_ids_runs_without_them_and_says_so(tmp_path):

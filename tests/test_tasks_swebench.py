@@ -174,3 +174,57 @@ def test_ids_that_are_not_pytest_node_ids_explain_themselves(tmp_path: Path) -> 
     assert detail["reward"] == 0.0 and detail["pytest_exit_code"] is None
     assert "not pytest node ids" in detail["error"] and "`reward` command" in detail["error"]
     assert detail["fail_to_pass"]["failed"][0]["outcome"] == "not run"
+
+
+FIXER = '''#!/usr/bin/env python3
+import json, os, sys, urllib.request
+body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+urllib.request.urlopen(req, timeout=60).read()
+open("calc/__init__.py", "w").write(FIXED)
+open("notes.txt", "w").write("left by the agent\\n")
+print(json.dumps({"event": "finished"}))
+'''
+
+
+@pytest.mark.parametrize("setup", [[], [VENV_SETUP]])
+def test_run_warns_without_an_environment_and_exports_predictions(tmp_path: Path, mirror: tuple[Path, dict],
+                                                                  setup: list[str]) -> None:
+    """`alight run` on a SWE-bench line: without a setup that installs its project it says, before the round and in
+    the summary, that rewards will not be meaningful; with one it does not. Either way each episode's patch goes
+    out as a SWE-bench prediction that applies to the instance's base commit and carries the agent's fix."""
+    from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
+    from tests import run_support as rs
+
+    mirror_dir, line = mirror
+    tasks = write_set(tmp_path, {**line, "setup": setup})
+    agent = tmp_path / "fixer.py"
+    agent.write_text(FIXER.replace("FIXED", repr(FIXED)))
+    agent.chmod(0o755)
+    recipe = rs.script_recipe(tmp_path, "fixer", [str(agent), "{{ prompt_file }}"])
+    out = tmp_path / "runs" / "swe"
+    with FakeVLLM(FakeScript(turns=["ok"], served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(recipe), "--attempts", "1",
+                          "--swebench-mirror", str(mirror_dir), "--upstream", fake.url, "--out", str(out), "--json"],
+                         cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(proc.stdout)["notes"]
+    warned = "acme__calc-42) have no `setup` that installs their project"
+    assert (warned in proc.stderr) == (not setup) and any(warned in n for n in notes) == (not setup), proc.stderr
+    if setup:  # with an interpreter that has pytest, the official tests decide: the fix passes them
+        assert json.loads(proc.stdout)["tasks"][0]["mean_reward"] == 1.0
+
+    predictions = tmp_path / "preds.jsonl"
+    export = rs.alight(["inspect", "export", str(out), "--format", "swebench", "--out", str(predictions),
+                        "--model-name", "my-model"], cwd=tmp_path)
+    assert export.returncode == 0, export.stderr
+    (pred,) = [json.loads(x) for x in predictions.read_text().splitlines()]
+    assert pred["instance_id"] == "acme__calc-42" and pred["model_name_or_path"] == "my-model"
+    assert "notes.txt" in pred["model_patch"] and "tests/" not in pred["model_patch"]  # test_patch came after it
+    fresh = tmp_path / "fresh"
+    subprocess.run(["git", "clone", "-q", str(mirror_dir / "acme__calc"), str(fresh)], check=True)
+    git(fresh, "checkout", "-q", line["base_commit"])
+    subprocess.run(["git", "apply", "-"], input=pred["model_patch"], text=True, cwd=fresh, check=True)
+    assert (fresh / "calc" / "__init__.py").read_text() == FIXED

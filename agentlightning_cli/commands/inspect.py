@@ -80,7 +80,26 @@ def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
     out["training"] = episode_training(src.store, summary, rows, calls)
     out["rows"] = rows.to_json()
     out["calls_with_ids"] = sum(1 for c in calls if c.prompt_len is not None)
+    stored = src.store.get_patch(episode_id)
+    out["patch"] = None if stored is None else {
+        "files": stored.files, "bytes": stored.size, "error": stored.error,
+        "text": None if stored.patch is None else stored.patch.decode("utf-8", errors="replace")}
     return out
+
+
+def episode_patch(ident: str, run: str | None, runs_dir: Path) -> bytes:
+    """`show EPISODE --patch`: the stored patch's exact bytes."""
+    src, kind = _find(ident, run, runs_dir)
+    with src:
+        if kind != "episode":
+            raise AlightError(f"{ident} is a call; --patch shows an episode's patch", "pass an episode id (ep-...)")
+        stored = src.store.get_patch(ident)
+    if stored is None:
+        raise AlightError(f"episode {ident} has no patch recorded",
+                          "patches are kept for episodes that reached their reward (alight 0.x runs before them have none)")
+    if stored.patch is None:
+        raise AlightError(f"episode {ident}'s patch was not kept: {stored.error}")
+    return stored.patch
 
 
 def show_call(src: RunSource, call_id: str, raw: bool) -> dict[str, Any]:
@@ -106,14 +125,18 @@ def show(ident: str, run: str | None, runs_dir: Path, as_json: bool, raw: bool, 
         return text.call_text(data, full=full)
 
 
-def export(run: str | None, runs_dir: Path, fmt: str, out: Path | None, round_index: int | None = None) -> int:
+def export(run: str | None, runs_dir: Path, fmt: str, out: Path | None, round_index: int | None = None,
+           attempt: int | None = None, model_name: str | None = None) -> int:
     from agentlightning_cli.inspect.export import open_output, write_jsonl
     from agentlightning_cli.inspect.har import write_har
 
-    if fmt not in ("har", "jsonl"):
-        raise AlightError(f"unknown export format {fmt!r}", hint="use --format har or --format jsonl")
+    if fmt not in ("har", "jsonl", "swebench"):
+        raise AlightError(f"unknown export format {fmt!r}", hint="use --format har, jsonl or swebench")
     with _open(run, runs_dir) as src:
         episodes = filter_episodes(src.store.episode_summaries(), round_index)
+        episodes = [s for s in episodes if attempt is None or s.episode.attempt == attempt]
+        if fmt == "swebench":
+            return _export_predictions(src, episodes, out, model_name)
         stream = open_output(out)
         try:
             count = (write_har if fmt == "har" else write_jsonl)(src, episodes, stream)
@@ -125,6 +148,25 @@ def export(run: str | None, runs_dir: Path, fmt: str, out: Path | None, round_in
     if out is not None:
         _note(f"wrote {count} calls to {out} ({fmt})")
     return count
+
+
+def _export_predictions(src: RunSource, episodes: list[EpisodeSummary], out: Path | None, model_name: str | None) -> int:
+    from agentlightning_cli.inspect.export import open_output
+    from agentlightning_cli.inspect.predictions import write_predictions
+
+    stream = open_output(out)
+    try:
+        written = write_predictions(src, episodes, stream, model_name)
+    finally:
+        if out is not None:
+            stream.close()
+        else:
+            stream.flush()
+    skipped = "".join(f"; left out {n} episode(s): {why}" for why, n in sorted(written.skipped.items()))
+    _note(f"wrote {written.lines} SWE-bench prediction(s){f' to {out}' if out else ''}{skipped}")
+    if written.replaced:
+        _note(f"WARNING: {written.replaced} patch(es) were not UTF-8; undecodable bytes are written as U+FFFD")
+    return written.lines
 
 
 def stats(run: str | None, runs_dir: Path, plot: Path | None = None) -> dict[str, Any]:

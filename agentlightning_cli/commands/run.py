@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness, tools_warning
-from agentlightning_cli.commands.run_checks import RunOptions, check_numbers, load_task_subset, recipe_and_install
+from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, load_task_subset, recipe_and_install,
+                                                   swebench_environment_warning)
 from agentlightning_cli.commands.sandbox_guard import refuse_exposures
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
@@ -48,6 +49,9 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
 def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     tasks = load_task_subset(opts)
+    environment_warning = swebench_environment_warning(tasks)
+    if environment_warning:
+        print(f"alight run: WARNING: {environment_warning}", file=sys.stderr, flush=True)
     recipe, installed = recipe_and_install(settings, opts.harness)
     from agentlightning_cli.sandbox.choice import resolve
 
@@ -99,6 +103,8 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
             summary = _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
         finally:
             store.close()
+    if environment_warning:
+        summary.notes.append(environment_warning)
     if exposed:
         summary.notes.append(f"{OVERRIDE_FLAG} was used: the sandbox showed the agent {len(exposed)} protected "
                              f"path(s) ({'; '.join(exposed)}), so its rewards may not measure what they should")

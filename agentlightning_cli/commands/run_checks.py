@@ -97,3 +97,20 @@ def recipe_and_install(settings: Any, harness: str) -> tuple[Any, Any]:
     # An external recipe (no `install`) needs nothing installed: require_installed returns where its program is.
     return recipe, installs.require_installed(recipe, settings.home, override.version if override else None)
 
+
+def swebench_environment_warning(tasks: list[Any]) -> str | None:
+    """SWE-bench lines whose project environment nothing installs: rewards would read as a weak model.
+
+    Today a SWE-bench line runs in a workspace cloned at its base commit, on the host's Python, with its listed
+    tests run by pytest; SWE-bench's own images (the project installed, often another Python) are not used yet.
+    Without a `setup` that installs the project, most instances cannot pass whatever the agent does.
+    """
+    bare = [t.id for t in tasks if t.kind == "swebench" and not t.setup]
+    if not bare:
+        return None
+    names = ", ".join(bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
+    return (f"{len(bare)} SWE-bench task(s) ({names}) have no `setup` that installs their project: they run on "
+            "this machine's Python with only the repository checked out, not in SWE-bench's image, so their tests "
+            "will mostly fail whatever the agent does and rewards will not measure the model; give each line a "
+            "`setup` that installs its environment (e.g. `pip install -e .` with the pinned dependencies)")
+

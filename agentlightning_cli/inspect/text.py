@@ -87,6 +87,11 @@ def episode_text(ep: dict[str, Any]) -> str:
         lines.append(f"error: {ep['error']}")
     if ep["reward_detail"]:
         lines.append(f"reward detail: {json.dumps(ep['reward_detail'])}")
+    patch = ep.get("patch")
+    if patch is not None:
+        lines.append(f"patch: {patch['error']}" if patch["text"] is None else
+                     f"patch: {patch['files']} file(s), {patch['bytes']:,} bytes (`alight inspect show {ep['id']} --patch`)"
+                     if patch["bytes"] else "patch: no change")
     out = "\n".join(lines) + "\n\n" + calls_table(ep["calls"])
     if ep.get("training"):
         from agentlightning_cli.inspect.training import training_lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -24,7 +25,8 @@ from agentlightning_cli.reward import run_reward
 from agentlightning_cli.rollout import scoring, stale
 from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
-from agentlightning_cli.tasks import prepare_workspace, reveal_hidden_files
+from agentlightning_cli.tasks import (agent_patch, patch_base_dir, prepare_workspace, remove_base, reveal_hidden_files,
+                                      snapshot_base)
 
 if TYPE_CHECKING:
     from agentlightning_cli.harness.install import Installed
@@ -125,8 +127,13 @@ def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
     try:
         task = ctx.sources.local_task(slot.task)
         prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits)
-    except AlightError as exc:
+        # The starting point of the agent's patch: the workspace after setup, kept where no sandbox mounts it.
+        snapshot_base(workspace, patch_base_dir(ctx.run_dir, slot.episode_id))
+    except (AlightError, OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(workspace, ignore_errors=True)
+        remove_base(patch_base_dir(ctx.run_dir, slot.episode_id))
+        if not isinstance(exc, AlightError):
+            exc = AlightError(f"task {slot.task.id}: the workspace's starting point could not be recorded: {exc}")
         why = exc.message + (f" ({exc.hint})" if exc.hint else "")
         ctx.store.update_episode(slot.episode_id, status="setup_failed", error=why, ended_at=time.time(), workspace=None)
         return Ended(slot, "setup_failed", why=why.splitlines()[0])
@@ -166,7 +173,14 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
 
 
 def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, float]) -> tuple[str, float | None, str | None, dict]:
-    """Reveal the hidden files and run the reward command (both after every process of the episode is gone)."""
+    """Keep the agent's patch, reveal the hidden files and run the reward command (all after every process of the
+    episode is gone)."""
+    base = patch_base_dir(ctx.run_dir, slot.episode_id)
+    t = time.monotonic()
+    made = agent_patch(workspace, base)
+    remove_base(base)
+    ctx.store.set_patch(slot.episode_id, made.patch, made.files, made.size, made.error)
+    timings["patch_s"] = time.monotonic() - t
     try:
         # The source-cache copy of the task (already fetched for its workspace): a SWE-bench reveal reads the
         # base test files from there, never from the workspace's .git, which the agent had.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.tasks import patch_base_dir
 
 LOCK_NAME = "run.lock"
 
@@ -57,10 +58,10 @@ def kill_run_processes(run_dir: Path) -> list[int]:
 
 
 def remove_leftovers(run_dir: Path, episode_ids: Iterable[str]) -> int:
-    """Delete the half-made workspaces and private harness folders of episodes that never ended."""
+    """Delete the half-made workspaces, private harness folders and patch bases of episodes that never ended."""
     removed = 0
     for ep in episode_ids:
-        for folder in (workspaces_root(run_dir) / ep, harness_root(run_dir) / ep):
+        for folder in (workspaces_root(run_dir) / ep, harness_root(run_dir) / ep, patch_base_dir(run_dir, ep)):
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1

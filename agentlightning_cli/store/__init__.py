@@ -8,6 +8,7 @@ from agentlightning_cli.store.calls import KeyframePolicy
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run, StoredCall
 from agentlightning_cli.store.store import DB_NAME, EpisodeExistsError, Store
 from agentlightning_cli.store.summaries import CallSummary, EpisodeSummary
+from agentlightning_cli.store.patches import StoredPatch
 from agentlightning_cli.store.training import TrainRound, TrainStep
 
-__all__ = ["Call", "CallRecord", "CallSummary", "EpisodeSummary", "DB_NAME", "Episode", "EpisodeExistsError", "KeyframePolicy", "Round", "Run", "Store", "StoredCall", "TrainRound", "TrainStep"]
+__all__ = ["Call", "CallRecord", "CallSummary", "EpisodeSummary", "DB_NAME", "Episode", "EpisodeExistsError", "KeyframePolicy", "Round", "Run", "Store", "StoredCall", "StoredPatch", "TrainRound", "TrainStep"]

@@ -214,6 +214,21 @@ M006_EPISODE_OUTCOME_DETAIL = """
 ALTER TABLE episodes ADD COLUMN outcome_detail TEXT /* JSON: sandbox {mode, peak, proxy} or "none", leftover_processes_killed */;
 """
 
+# The agent's changes as a git patch, one row per episode (store/patches.py): what a SWE-bench prediction
+# submits. Its own table so that episode lists never read patch bytes.
+M007_EPISODE_PATCHES = """
+CREATE TABLE episode_patches (
+  -- Why: the agent's diff against the workspace it was given (after setup, before the hidden files), exactly
+  -- as it would be submitted; kept after the workspace is deleted.
+  episode_id  TEXT PRIMARY KEY REFERENCES episodes(id),
+  patch       BLOB,              -- git diff --binary bytes; empty: no change; NULL: not made or over the limit
+  files       INTEGER NOT NULL,  -- files the patch touches
+  size        INTEGER NOT NULL,  -- its length in bytes (also when it was too large to keep)
+  error       TEXT,              -- why there is no patch
+  at          REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
@@ -227,6 +242,8 @@ MIGRATIONS: list[tuple[str, str, str]] = [
      " by a trigger as calls are inserted, so an episode list reads one row per episode", M005_EPISODE_CALL_STATS),
     ("m006_episode_outcome_detail", "episodes.outcome_detail: the sandbox an episode ran in (mode, peak use, how it"
      " reached the proxy) and leftover processes killed, as the runner saw them", M006_EPISODE_OUTCOME_DETAIL),
+    ("m007_episode_patches", "episode_patches: the agent's changes to its workspace as a git patch, one row per"
+     " episode, for inspect and SWE-bench predictions", M007_EPISODE_PATCHES),
 ]
 
 _LEDGER = """

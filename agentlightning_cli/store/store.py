@@ -25,6 +25,7 @@ from agentlightning_cli.store.episode_cache import EpisodeCache, EpisodeState, a
 from agentlightning_cli.store.ids import new_id
 from agentlightning_cli.store.migrations import apply_migrations
 from agentlightning_cli.store.models import Call, CallRecord, Episode, Round, Run, StoredCall
+from agentlightning_cli.store.patches import PatchRecords
 from agentlightning_cli.store.summaries import SummaryReads
 from agentlightning_cli.store.training import TrainingRecords
 
@@ -50,7 +51,7 @@ def _key_hash(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
-class Store(TrainingRecords, SummaryReads):
+class Store(TrainingRecords, PatchRecords, SummaryReads):
     """Runs, rounds, episodes and their calls, in `<run_dir>/alight.db` (training records: training.py;
     read-only summaries for browsing: summaries.py)."""
 
