@@ -33,7 +33,7 @@ app.add_typer(model_app, name="model")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 SandboxFlag = Annotated[
     Optional[str],
-    typer.Option("--sandbox", help="Where episodes, setup and reward run: bwrap (sandboxed, the default) or none (on the host)."),
+    typer.Option("--sandbox", help="Where episodes, setup and reward run: bwrap (sandboxed, the default), container (the same in a container from the task's `image` or `container.image`, on podman or docker) or none (on the host)."),
 ]
 
 UnsafeExposeFlag = Annotated[bool, typer.Option(
@@ -44,8 +44,8 @@ UnsafeExposeFlag = Annotated[bool, typer.Option(
 
 def sandbox_flag(value: Optional[str]) -> Optional[str]:
     """--sandbox, checked: the command passes it on as the `sandbox` setting (a command-line flag layer)."""
-    if value is not None and value not in ("bwrap", "none"):
-        raise typer.BadParameter(f"'{value}' is not one of bwrap, none", param_hint="--sandbox")
+    if value is not None and value not in ("bwrap", "container", "none"):
+        raise typer.BadParameter(f"'{value}' is not one of bwrap, container, none", param_hint="--sandbox")
     return value
 
 

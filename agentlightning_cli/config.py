@@ -179,6 +179,15 @@ class RewardSettings(Section):
     """An episode whose reward command failed (`reward_error`): left out of training, or scored 0."""
 
 
+class ContainerSettings(Section):
+    """`sandbox: container`: which runtime, and the image for tasks that name none."""
+
+    runtime: Literal["auto", "podman", "docker"] = "auto"
+    """`auto`: podman if installed, else docker."""
+    image: str | None = None
+    """The image for tasks without their own `image` (e.g. one with your project's toolchain installed)."""
+
+
 class Settings(Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".alight")
     """Caches: models, harness installs. ALIGHT_HOME."""
@@ -191,9 +200,11 @@ class Settings(Section):
     harness: dict[str, HarnessOverride] = Field(default_factory=dict)
     train: TrainSettings = Field(default_factory=TrainSettings)
     reward: RewardSettings = Field(default_factory=RewardSettings)
-    sandbox: Literal["bwrap", "none"] = "bwrap"
+    sandbox: Literal["bwrap", "container", "none"] = "bwrap"
     """Where episodes, setup and reward commands run: `bwrap` (bubblewrap: only the workspace, the proxy and
-    what the harness needs are visible; no network) or `none` (on the host; must be chosen explicitly)."""
+    what the harness needs are visible; no network), `container` (the same, in a container from the task's
+    `image` or `container.image`, on podman or docker) or `none` (on the host; must be chosen explicitly)."""
+    container: ContainerSettings = Field(default_factory=ContainerSettings)
     episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
 
 

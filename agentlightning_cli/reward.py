@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.choice import task_shell_spec
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import ShellResult, run_shell
@@ -39,7 +40,7 @@ class RewardResult:
 
 
 def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0, *, sandbox: str | None = None,
-               limits: EpisodeLimits | None = None) -> RewardResult:
+               limits: EpisodeLimits | None = None, container_runtime: str = "auto") -> RewardResult:
     """Run task.reward with `bash -c` in workspace (own process group, killed as a group on timeout).
 
     The command sees TASK_ID and TASK_WORKSPACE; for SWE-bench tasks also TASK_TESTS_FILE, a JSON file outside
@@ -56,10 +57,10 @@ def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0, *, 
             env["TASK_TESTS_FILE"] = str(tests_file)
         try:
             box = task_shell_spec(workspace, network=False, mode=sandbox, limits=limits, read_only=[Path(tmp)],
-                                  with_alight=task.swebench is not None)
+                                  with_alight=task.swebench is not None, image=task.image, runtime=container_runtime)
             result = run_shell(task.reward, workspace, timeout_s, env=env, sandbox=box)
-        except OSError as exc:  # a missing workspace or bash: a scoring failure, not a crash of the round
-            error = f"reward command could not start in {workspace}: {exc}"
+        except (OSError, AlightError) as exc:  # no workspace, bash or image: a scoring failure, not a crash
+            error = f"reward command could not start in {workspace}: {getattr(exc, 'message', exc)}"
             return RewardResult(0.0, {"error": error}, error=error)
     return score(result, timeout_s)
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness, tools_warning
-from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, load_task_subset, recipe_and_install,
-                                                   swebench_environment_warning)
+from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, container_images, load_task_subset,
+                                                   recipe_and_install, swebench_environment_warning)
 from agentlightning_cli.commands.sandbox_guard import refuse_exposures
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
@@ -61,6 +61,8 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         from agentlightning_cli.sandbox import ensure_available
 
         ensure_available()
+    elif settings.sandbox == "container":  # every image checked once now, not an error per episode later
+        tasks = container_images(settings, tasks)
     model = None
     if opts.upstream is None:
         from agentlightning_cli.serve.policy import resolve_model
@@ -98,6 +100,12 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         killed = stale.kill_run_processes(run_dir)
         if killed:
             print(f"alight run: killed {len(killed)} process(es) a stopped earlier run left behind", file=sys.stderr)
+        if settings.sandbox == "container":
+            from agentlightning_cli.sandbox.container import remove_under, runtime_path
+
+            removed = remove_under(runtime_path(settings.container.runtime), run_dir)
+            if removed:
+                print(f"alight run: removed {removed} container(s) a stopped earlier run left behind", file=sys.stderr)
         store, run_row = _open(settings, name, run_dir, opts, recipe.name, model)
         try:
             summary = _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
@@ -144,6 +152,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
     run_context = functools.partial(
         RunContext, store=store, recipe=recipe, installed=installed, run_id=run_row.id, run_dir=run_dir,
         sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox, limits=settings.episode_limits,
+        container_runtime=settings.container.runtime,
         timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
         setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)

@@ -114,3 +114,22 @@ def swebench_environment_warning(tasks: list[Any]) -> str | None:
             "will mostly fail whatever the agent does and rewards will not measure the model; give each line a "
             "`setup` that installs its environment (e.g. `pip install -e .` with the pinned dependencies)")
 
+
+def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
+    """`sandbox: container`, before anything starts: every task gets its image (its own, else `container.image`),
+    the runtime is found, and each distinct image is checked once (present, a container starts, this machine's
+    Python runs in it). One error naming every task without an image, or the first image that cannot run."""
+    from agentlightning_cli.sandbox import container
+
+    default = settings.container.image
+    missing = [t.id for t in tasks if t.image is None and default is None]
+    if missing:
+        names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise AlightError(f"--sandbox container needs an image for every task; {len(missing)} have none ({names})",
+                          "give each task line an `image`, or set `container.image` in alight.yaml")
+    tasks = [t if t.image is not None else t.model_copy(update={"image": default}) for t in tasks]
+    runtime = container.runtime_path(settings.container.runtime)
+    for image in dict.fromkeys(t.image for t in tasks):
+        container.check_image(runtime, image)
+    return tasks
+

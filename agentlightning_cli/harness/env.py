@@ -37,7 +37,11 @@ class EpisodeSpec:
     timeout_s: float | None = None
     model: str | None = None
     sandbox: str | None = None
-    """"bwrap" or "none"; None: the `sandbox` setting (default bwrap)."""
+    """"bwrap", "container" or "none"; None: the `sandbox` setting (default bwrap)."""
+    image: str | None = None
+    """`sandbox: container`: the image the harness runs in (the task's, or `container.image`)."""
+    container_runtime: str = "auto"
+    """`sandbox: container`: podman, docker, or auto."""
     limits: Any = None
     """config.EpisodeLimits; None: the `episode_limits` setting."""
     proxy_socket: str | None = None

@@ -128,7 +128,7 @@ class HarnessEpisode:
             raise
         start_kwargs: dict[str, Any] = {}
         if boxed is not None:
-            argv = boxed.box.command(argv, Path(spec.workspace))
+            argv = boxed.box.command(argv, Path(spec.workspace), env)
             start_kwargs = boxed.box.popen_kwargs()
         timeout = float(ctx["timeout_s"])
         started = time.time()
@@ -176,7 +176,7 @@ class HarnessEpisode:
         if leftovers:
             outcome.detail["leftover_processes_killed"] = len(leftovers)
         outcome.detail["sandbox"] = "none" if boxed is None else {
-            "mode": "bwrap", "peak": boxed.box.peak,
+            "mode": boxed.mode, "peak": boxed.box.peak,
             "proxy": "listener handed over" if boxed.box.spec.proxy_listeners else "relayed"}
         if boxed is not None and boxed.box.limit is not None:
             self._stop_status, self._stop_reason = "resource_limit", boxed.box.breach

@@ -6,7 +6,8 @@ the recipe's `sandbox.read_only`, read-write its workspace, episode folder (priv
 is mounted read-only is checked against the protected places once per run, before any episode
 (`check_mounts`, sandbox/exposure.py).
 The proxy is reached through its Unix socket (EpisodeSpec.proxy_socket, or a relay made here for a proxy that
-only listens on TCP). `sandbox: none` runs on the host as before.
+only listens on TCP). `sandbox: container` does the same in a container from the task's image (the harness's
+install and interpreters mounted read-only at their host paths). `sandbox: none` runs on the host as before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.recipe import Recipe
-from agentlightning_cli.sandbox import Sandbox, SandboxSpec, choice, ensure_available
+from agentlightning_cli.sandbox import ContainerSandbox, Sandbox, SandboxSpec, choice, ensure_available, open_sandbox
 from agentlightning_cli.sandbox.exposure import Mount
 from agentlightning_cli.sandbox.paths import program_roots, runtime_roots
 from agentlightning_cli.sandbox.relay import Relay
@@ -30,8 +31,9 @@ LOOPBACK = {"127.0.0.1", "localhost"}
 
 @dataclass
 class EpisodeBox:
-    box: Sandbox
+    box: Sandbox | ContainerSandbox
     relay: Relay | None
+    mode: str = "bwrap"
 
     async def close(self) -> None:
         import asyncio
@@ -88,7 +90,10 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
     mode, limits = resolve(spec)
     if mode == "none":
         return None
-    bwrap_exe = ensure_available()
+    if mode == "container" and spec.image is None:
+        raise AlightError("sandbox 'container' needs an image for this task, and it has none",
+                          "give the task line an `image`, or set `container.image` in alight.yaml")
+    bwrap_exe = ensure_available() if mode == "bwrap" else None
     url = urlsplit(spec.base_url)
     if url.hostname not in LOOPBACK or url.port is None:
         raise AlightError(f"a sandboxed episode reaches the proxy on loopback only, not {spec.base_url}",
@@ -104,9 +109,10 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
     inbox = Path(spec.proxy_listeners) if spec.proxy_listeners and relay is None else None
     box_spec = SandboxSpec(writable=private, read_only=read_only,
                            proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits,
-                           proxy_listeners=inbox if inbox is not None and inbox.exists() else None)
+                           proxy_listeners=inbox if inbox is not None and inbox.exists() else None,
+                           image=spec.image if mode == "container" else None, runtime=spec.container_runtime)
     try:
-        return EpisodeBox(Sandbox(box_spec, bwrap_exe), relay)
+        return EpisodeBox(open_sandbox(box_spec, bwrap_exe), relay, mode)
     except BaseException:
         if relay is not None:
             await relay.close()

@@ -58,7 +58,7 @@ class RunContext:
     run_dir: Path
     sources: SourceCache
     sandbox: str
-    """The sandbox every episode, setup and reward of the run uses ("bwrap" or "none"), resolved once."""
+    """The sandbox every episode, setup and reward of the run uses ("bwrap", "container" or "none"), resolved once."""
     limits: EpisodeLimits
     """The sandbox's limits (the `episode_limits` setting), resolved once."""
     timeout_s: float | None = None
@@ -66,6 +66,8 @@ class RunContext:
     setup_timeout_s: float = 900.0
     reward_timeout_s: float = 600.0
     keep_workspaces: bool = False
+    container_runtime: str = "auto"
+    """`sandbox: container`: podman, docker or auto (each task carries its image)."""
     seed: int | None = None
     """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
     stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
@@ -126,7 +128,8 @@ def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
     workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
     try:
         task = ctx.sources.local_task(slot.task)
-        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits)
+        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits,
+                          container_runtime=ctx.container_runtime)
         # The starting point of the agent's patch: the workspace after setup, kept where no sandbox mounts it.
         snapshot_base(workspace, patch_base_dir(ctx.run_dir, slot.episode_id))
     except (AlightError, OSError, subprocess.SubprocessError) as exc:
@@ -149,7 +152,7 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
         run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
         proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
         proxy_listeners=ctx.proxy.listeners_path or None,
-        sandbox=ctx.sandbox, limits=ctx.limits)
+        sandbox=ctx.sandbox, limits=ctx.limits, image=slot.task.image, container_runtime=ctx.container_runtime)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()
     seen: dict[str, Any] | None = None
@@ -188,7 +191,8 @@ def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, fl
     except (AlightError, OSError) as exc:
         why = f"hidden files could not be revealed: {getattr(exc, 'message', exc)}"
         return "reward_error", None, why, {"error": why}
-    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits)
+    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits,
+                        container_runtime=ctx.container_runtime)
     timings["reward_s"] = result.duration_s
     status, reward, error = scoring.classify(result)
     return status, reward, error, scoring.detail(result)

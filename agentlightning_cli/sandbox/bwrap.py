@@ -52,6 +52,10 @@ class SandboxSpec:
     network: bool = False
     """True shares the host's network (a task's `setup_network: true`); nothing is forwarded then."""
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    image: str | None = None
+    """`sandbox: container`: the image the command runs in (container.py); None for bubblewrap."""
+    runtime: str = "auto"
+    """The container runtime: podman, docker, or auto (the first installed)."""
 
 
 def bwrap_path() -> str:
@@ -127,9 +131,9 @@ def command(spec: SandboxSpec, argv: list[str], cwd: Path, bwrap: str = "bwrap",
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
              "--size", str(spec.limits.file_size_mb * MB), "--tmpfs", "/tmp"]
     python, python_prefix = forwarder_python()
-    for path in _outermost([*spec.read_only, python_prefix]):
+    for path in outermost([*spec.read_only, python_prefix]):
         args += ["--ro-bind", str(path), str(path)]
-    for path in _outermost(spec.writable):
+    for path in outermost(spec.writable):
         args += ["--bind", str(path), str(path)]
     args += ["--chdir", str(cwd), "--ro-bind", str(compiled_forwarder().parent), FORWARDER_DIR_INSIDE]
     mode, address = "none", "-"
@@ -157,7 +161,7 @@ def _system_mounts() -> tuple[str, ...]:
     return tuple(args)
 
 
-def _outermost(paths: list[Path]) -> list[Path]:
+def outermost(paths: list[Path]) -> list[Path]:
     """Absolute, existing, de-duplicated, without paths already inside another one of the list."""
     resolved = sorted({Path(os.path.abspath(p)) for p in paths if os.path.exists(p)}, key=lambda p: len(p.parts))
     kept: list[Path] = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from agentlightning_cli.sandbox import bwrap
 from agentlightning_cli.sandbox.limits import MB, PidsCgroup, rlimit_arg
@@ -44,7 +44,8 @@ class Sandbox:
         self.limit: str | None = None
         self.breach: str | None = None
 
-    def command(self, argv: list[str], cwd: Path) -> list[str]:
+    def command(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> list[str]:
+        """`env` is what the command will be started with; bubblewrap passes it through as it is."""
         return bwrap.command(self.spec, argv, cwd, self.bwrap, info_fd=self._info_w, block_fd=self._block_r,
                              rlimits=rlimit_arg(self.spec.limits))
 
@@ -92,7 +93,7 @@ class Sandbox:
         if self.limit is None:
             # A write past RLIMIT_FSIZE fails (EFBIG, or SIGXFSZ for the writer) without ending anything: a
             # file left at exactly the limit is how we learn that a command hit it.
-            big = _file_at_limit(self.spec.writable, self.spec.limits.file_size_mb * MB)
+            big = file_at_limit(self.spec.writable, self.spec.limits.file_size_mb * MB)
             if big is not None:
                 self.limit = "file_size"
                 self.breach = f"file_size: {big} reached the {self.spec.limits.file_size_mb} MB limit"
@@ -109,7 +110,7 @@ class Sandbox:
         return dict(self.watchdog.peak) if self.watchdog else {}
 
 
-def _file_at_limit(roots: list[Path], limit: int, budget: int = 200_000) -> str | None:
+def file_at_limit(roots: list[Path], limit: int, budget: int = 200_000) -> str | None:
     """The first regular file of exactly `limit` bytes under roots (bounded walk, symlinks not followed)."""
     stack = [str(r) for r in roots]
     while stack and budget > 0:

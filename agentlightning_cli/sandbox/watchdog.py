@@ -1,5 +1,6 @@
 """Watch one sandbox from the host: all its processes' CPU seconds, resident memory and count; past a limit,
-kill the sandbox (its PID namespace goes with it) and remember which limit it was.
+kill the sandbox (its PID namespace goes with it; a container's runtime client, the container then removed by
+its owner) and remember which limit it was.
 
 Processes are found through the episode's pids cgroup when there is one (one small file; this thread moves
 the sandbox's first process in while bubblewrap waits), otherwise by scanning /proc for processes in the
@@ -13,6 +14,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Callable
 
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.sandbox import exits
@@ -26,7 +28,11 @@ class Watchdog:
     """A daemon thread polling every `interval_s`; `breach` is None or e.g. "memory: 812 MB > 256 MB"."""
 
     def __init__(self, limits: EpisodeLimits, sandbox_pid: int, cgroup: PidsCgroup | None,
-                 info_fd: int | None, block_fd: int | None = None, interval_s: float = 0.05):
+                 info_fd: int | None, block_fd: int | None = None, interval_s: float = 0.05,
+                 find_inner: Callable[[], int | None] | None = None):
+        """find_inner: how to learn the sandbox's first process when no bubblewrap info fd says it (a
+        container: its runtime is asked)."""
+        self.find_inner = find_inner
         self.limits, self.sandbox_pid, self.cgroup = limits, sandbox_pid, cgroup
         self.info_fd, self.block_fd, self.interval_s = info_fd, block_fd, interval_s
         self.breach: str | None = None
@@ -92,7 +98,7 @@ class Watchdog:
     def _read_inner(self) -> int | None:
         """bubblewrap's --info-fd JSON names the sandbox's first process; its PID namespace is the episode."""
         if self.info_fd is None:
-            return None
+            return self.find_inner() if self.find_inner is not None else None
         import json
 
         data = b""

@@ -58,9 +58,11 @@ class OwnLine(_Strict):
     hidden_files: str | None = None
     timeout_s: Timeout | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    image: str | None = None
+    """`sandbox: container`: the image setup, the agent and the reward run in (else `container.image`)."""
 
     _id = field_validator("id")(_check_id)
-    _blank = field_validator("prompt", "reward", "repo", "hidden_files")(
+    _blank = field_validator("prompt", "reward", "repo", "hidden_files", "image")(
         lambda v: v if v is None else _non_blank(v)
     )
     _commit = field_validator("base_commit")(_commit)

@@ -212,7 +212,7 @@ def _task_from_object(obj: dict, path: Path, lineno: int, mirror: Path | None, r
                 problems.append(Problem(name, lineno, "hidden_files", msg))
         fields = dict(
             id=line.id, prompt=line.prompt, base_commit=line.base_commit, reward=line.reward,
-            hidden_files=hidden, kind="own", setup_network=line.setup_network,
+            hidden_files=hidden, kind="own", setup_network=line.setup_network, image=line.image,
         )  # fmt: skip
         if line.setup_network and not line.setup:
             report.warnings.append(Problem(name, lineno, "setup_network", "true, but the task has no setup commands"))

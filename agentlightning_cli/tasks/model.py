@@ -56,6 +56,8 @@ class Task(BaseModel):
     swebench: SwebenchSpec | None = None
     setup_network: bool = False
     """Setup commands run in a sandbox with the host's network (reward commands never get one)."""
+    image: str | None = None
+    """`sandbox: container`: the image its setup, agent and reward run in; None: the `container.image` setting."""
 
     @property
     def reward_kind(self) -> str:

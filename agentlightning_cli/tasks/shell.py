@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from agentlightning_cli import process
-from agentlightning_cli.sandbox import Sandbox, SandboxSpec
+from agentlightning_cli.sandbox import SandboxSpec, open_sandbox
 
 TAIL_BYTES = 8192
 # Enough to find a final JSON line even after pages of test output.
@@ -51,8 +51,8 @@ def run_shell(
             # The user's HOME is not visible inside: a private one, and pyenv's shims told where pyenv is.
             full_env["HOME"] = home
             full_env.setdefault("PYENV_ROOT", str(Path(os.environ.get("HOME", "/root")) / ".pyenv"))
-            box = Sandbox(replace(sandbox, writable=[*sandbox.writable, Path(home)]))
-            argv, start_kwargs = box.command(argv, Path(cwd)), box.popen_kwargs()
+            box = open_sandbox(replace(sandbox, writable=[*sandbox.writable, Path(home)]))
+            argv, start_kwargs = box.command(argv, Path(cwd), full_env), box.popen_kwargs()
         started = time.monotonic()
         # Its own process group, so a timeout takes its children down with it.
         proc = process.start(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

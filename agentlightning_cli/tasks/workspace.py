@@ -36,6 +36,7 @@ def prepare_workspace(
     fetch_depth: int | None = None,
     sandbox: str | None = None,
     limits: EpisodeLimits | None = None,
+    container_runtime: str = "auto",
 ) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
@@ -59,7 +60,8 @@ def prepare_workspace(
     else:
         _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
     # Setup runs sandboxed like the agent (`sandbox`/`limits`, None: the settings); network only with setup_network.
-    box = task_shell_spec(dest, network=task.setup_network, mode=sandbox, limits=limits) if task.setup else None
+    box = task_shell_spec(dest, network=task.setup_network, mode=sandbox, limits=limits, image=task.image,
+                          runtime=container_runtime) if task.setup else None
     for i, command in enumerate(task.setup, start=1):
         res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest), sandbox=box)
         if res.timed_out or res.exit_code != 0 or res.resource_limit:

@@ -1,0 +1,258 @@
+"""`sandbox: container`: one command in a container from an image (podman or docker), with the same guarantees and
+the same interface as the bubblewrap sandbox (launch.Sandbox), so the harness runner and the task shells use
+either without knowing which.
+
+What the container sees: the image's own file system; at the same paths as on the host, read-write the paths the
+caller names (workspace, episode folder with the private HOME, a private tmp folder) and read-only the harness
+install and its interpreters; a fresh /tmp; the proxy's Unix socket or listener inbox. Network: `--network none`
+(only its loopback), or the host's for a task's `setup_network`. The in-sandbox forwarder is the container's
+PID 1, exactly as under bubblewrap: it binds 127.0.0.1:<proxy port> inside (so a harness keeps its base URL),
+sets the rlimits and passes a stop signal on; it runs on this machine's interpreter, mounted read-only, so an
+image needs a C library that interpreter can run on (checked once per image: `check_image`).
+
+Limits are watched as under bubblewrap (watchdog.py, on the container's PID namespace: CPU seconds, resident
+memory and processes of the episode together; past one, `resource_limit` naming it), with the runtime's own as
+hard backstops: `--pids-limit`, `--memory` at twice the memory limit (an OOM kill there is `resource_limit:
+memory` too), and the forwarder's rlimits (CPU seconds and file size per process). Every
+container is labelled with its working folder (an episode's workspace), so a later run removes what a killed
+one left in its run directory (`remove_under`).
+
+The runtime's own flags: podman's default OCI runtime (crun) cannot run on hosts with hybrid cgroups and
+rootful podman cannot set rlimits it was not given explicitly without CAP_SYS_RESOURCE; `runtime_args` finds,
+once per process, the first of a few known-good flag sets that runs a container here (`container.runtime_args`
+in the settings overrides it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox import bwrap
+from agentlightning_cli.sandbox.limits import MB, rlimit_arg
+
+LABEL_WORKSPACE = "alight.workspace"
+RUNTIMES = ("podman", "docker")
+# Tried in order until one runs a container (podman: crun fails on hybrid cgroups, runc + cgroupfs works).
+PODMAN_FLAG_SETS = ([], ["--runtime", "runc", "--cgroup-manager", "cgroupfs"], ["--cgroup-manager", "cgroupfs"])
+INSTALL_HINT = "install podman (`apt-get install podman runc`) or docker, or use `--sandbox bwrap`"
+PROBE_TIMEOUT_S = 120.0
+NPROC_CAP = 16384
+
+
+def runtime_path(name: str = "auto") -> str:
+    """The container runtime's executable: `name` (podman or docker), or the first of them installed."""
+    for candidate in (RUNTIMES if name == "auto" else (name,)):
+        found = shutil.which(candidate)
+        if found is not None:
+            return found
+    raise AlightError(f"sandbox 'container' needs {'podman or docker' if name == 'auto' else name}, and it is not"
+                      " on PATH", INSTALL_HINT)
+
+
+@functools.lru_cache(maxsize=8)
+def runtime_args(runtime: str, image: str) -> tuple[str, ...]:
+    """The runtime's global flags that run `image` here (the first set that works); AlightError naming each
+    failure and the fix when none does."""
+    sets = PODMAN_FLAG_SETS if Path(runtime).name == "podman" else ([],)
+    failures = []
+    for flags in sets:
+        argv = [runtime, *flags, "run", "--rm", "--network", "none", *ulimit_args(), image, "true"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            failures.append(f"{' '.join(flags) or '(default flags)'}: {exc}")
+            continue
+        if proc.returncode == 0:
+            return tuple(flags)
+        failures.append(f"{' '.join(flags) or '(default flags)'}: {_last_line(proc.stderr)}")
+    raise AlightError(f"{Path(runtime).name} cannot run a container from {image} here:\n  " + "\n  ".join(failures),
+                      "is the image present (`" + Path(runtime).name + f" image exists {image}`)? for podman as root "
+                      "on hybrid cgroups install runc (`apt-get install runc`); `alight doctor` checks the runtime")
+
+
+def ulimit_args() -> list[str]:
+    """Open-file and process limits given explicitly: without them the OCI runtime tries to raise them and fails
+    where CAP_SYS_RESOURCE is withheld. Open files: this process's own. Processes: at most NPROC_CAP (runc
+    could not set this machine's own 96,362 nor 40,000, where 16,384 works; the episode's process limit is
+    `--pids-limit` anyway, and RLIMIT_NPROC does not bind root)."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)
+    nproc = tuple(NPROC_CAP if v == resource.RLIM_INFINITY else min(v, NPROC_CAP) for v in nproc)
+    nofile = tuple(-1 if v == resource.RLIM_INFINITY else v for v in nofile)
+    return ["--ulimit", f"nofile={nofile[0]}:{nofile[1]}", "--ulimit", f"nproc={nproc[0]}:{nproc[1]}"]
+
+
+@functools.lru_cache(maxsize=16)
+def check_image(runtime: str, image: str) -> None:
+    """Once per image: a container from it starts here and this machine's interpreter (the forwarder's, and the
+    harness's when it is a Python install) runs in it. AlightError with the fix otherwise."""
+    flags = runtime_args(runtime, image)
+    python, prefix = bwrap.forwarder_python()
+    argv = [runtime, *flags, "run", "--rm", "--network", "none", *ulimit_args(), "-v", f"{prefix}:{prefix}:ro",
+            "--entrypoint", python, image, "-I", "-S", "-c", "import sys; print(sys.version_info[:2])"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise AlightError(
+            f"the image {image} cannot run this machine's Python ({python}): {_last_line(proc.stderr)}",
+            "episodes run the harness and alight's forwarder on the host's interpreters, mounted into the "
+            "container, so the image needs a C library at least as new as this machine's (e.g. an image on the "
+            "same or a newer Debian/Ubuntu release); rebuild the image on a newer base, or use `--sandbox bwrap`")
+
+
+def remove_under(runtime: str, folder: Path) -> int:
+    """Remove every container of alight's whose working folder is under `folder` (a run directory: what a killed
+    run left, running or not); returns how many."""
+    found = subprocess.run([runtime, "ps", "-a", "--filter", f"label={LABEL_WORKSPACE}", "--format",
+                            '{{.ID}} {{index .Labels "' + LABEL_WORKSPACE + '"}}'],
+                           capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    ids = [line.split(" ", 1)[0] for line in found.stdout.splitlines()
+           if " " in line and Path(line.split(" ", 1)[1]).is_relative_to(Path(folder).absolute())]
+    if ids:
+        subprocess.run([runtime, "rm", "-f", *ids], capture_output=True, timeout=PROBE_TIMEOUT_S)
+    return len(ids)
+
+
+class ContainerSandbox:
+    """launch.Sandbox's interface for one command in a container: command, popen_kwargs, started, signal,
+    exit_limit, close, limit/breach, peak."""
+
+    def __init__(self, spec: bwrap.SandboxSpec, runtime: str | None = None):
+        if spec.image is None:
+            raise ValueError("a container sandbox needs spec.image")
+        self.spec = spec
+        self.runtime = runtime or runtime_path(spec.runtime)
+        self.flags = runtime_args(self.runtime, spec.image)
+        self.name = f"alight-{secrets.token_hex(8)}"
+        self.limit: str | None = None
+        self.breach: str | None = None
+        self.watch_interval_s = 0.05
+        self.watchdog: Any = None
+        self._client: int | None = None
+        self._closed = False
+
+    def command(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> list[str]:
+        spec = self.spec
+        python, prefix = bwrap.forwarder_python()
+        args = [self.runtime, *self.flags, "run", "--name", self.name, "--hostname", "alight-episode",
+                "--network", "host" if spec.network else "none", *ulimit_args(),
+                "--pids-limit", str(spec.limits.processes + 1),
+                "--memory", f"{2 * spec.limits.memory_mb}m", "--memory-swap", f"{2 * spec.limits.memory_mb}m",
+                "--security-opt", "no-new-privileges", "--log-driver", "none",
+                "--tmpfs", f"/tmp:rw,size={spec.limits.file_size_mb}m"]
+        args += ["--label", f"{LABEL_WORKSPACE}={cwd}"]  # a later run finds what a killed one left by it
+        for path in bwrap.outermost([*spec.read_only, prefix]):
+            args += ["-v", f"{path}:{path}:ro"]
+        for path in bwrap.outermost(spec.writable):
+            args += ["-v", f"{path}:{path}"]
+        args += ["-v", f"{bwrap.compiled_forwarder().parent}:{bwrap.FORWARDER_DIR_INSIDE}:ro", "-w", str(cwd)]
+        mode, address = "none", "-"
+        if not spec.network and spec.proxy_port is not None:
+            if spec.proxy_listeners is not None:
+                args += ["-v", f"{spec.proxy_listeners}:{bwrap.LISTENERS_INSIDE}"]
+                mode, address = "hand-over", bwrap.LISTENERS_INSIDE
+            elif spec.proxy_socket is not None:
+                args += ["-v", f"{spec.proxy_socket}:{bwrap.SOCKET_INSIDE}"]
+                mode, address = "relay", bwrap.SOCKET_INSIDE
+        for name in sorted(env or {}):
+            args += ["-e", name]  # the value is the runtime client's own (the env it is started with)
+        port = str(spec.proxy_port) if mode != "none" else "-"
+        return [*args, "--entrypoint", python, spec.image, "-I", "-S", bwrap.FORWARDER_INSIDE, mode, address, port,
+                rlimit_arg(spec.limits), "--", *argv]
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def started(self, pid: int) -> None:
+        """Watch the container as bubblewrap's sandboxes are watched (watchdog.py: its processes' CPU seconds,
+        resident memory and count, by its PID namespace; past a limit the episode ends naming it). The runtime's
+        own `--memory` is twice the limit, the backstop between two looks (as RLIMIT_DATA is under bubblewrap)."""
+        from agentlightning_cli.sandbox.watchdog import Watchdog
+
+        self._client = pid
+        self.watchdog = Watchdog(self.spec.limits, pid, None, None, interval_s=self.watch_interval_s,
+                                 find_inner=self._container_pid).start()
+
+    def _container_pid(self) -> int | None:
+        """The container's first process as the host sees it, once the runtime has started it."""
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            proc = subprocess.run([self.runtime, *self.flags, "inspect", "--format", "{{.State.Pid}}", self.name],
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+            pid = proc.stdout.strip()
+            if pid.isdigit() and int(pid) > 0:
+                return int(pid)
+            if self._client is None or not _alive(self._client):
+                return None
+            time.sleep(0.05)
+        return None
+
+    def signal(self, sig: int, wait_s: float = 2.0) -> bool:
+        """`sig` to the container's PID 1 (the forwarder), which passes it on to the command."""
+        try:
+            proc = subprocess.run([self.runtime, *self.flags, "kill", "--signal", signal.Signals(sig).name, self.name],
+                                  capture_output=True, timeout=max(wait_s, 10.0))
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return proc.returncode == 0
+
+    def exit_limit(self, exit_code: int | None) -> None:
+        from agentlightning_cli.sandbox.launch import SIGNAL_LIMITS
+
+        if self.limit is None and exit_code is not None and exit_code > 128:
+            name = SIGNAL_LIMITS.get(exit_code - 128)  # type: ignore[call-overload]
+            if name is not None:
+                self.limit, self.breach = name, f"{name}: the command was killed by {signal.Signals(exit_code - 128).name}"
+
+    def close(self) -> None:
+        """Stop watching, read how the container ended (an OOM kill past the runtime's backstop is the memory
+        limit too), then remove it whatever state it is in: a runtime client killed on a timeout or by the
+        watchdog leaves its container running."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            if self.watchdog.breach is not None:
+                self.limit, self.breach = self.watchdog.limit_name, self.watchdog.breach
+        state = subprocess.run([self.runtime, *self.flags, "inspect", "--format", "{{.State.OOMKilled}}", self.name],
+                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        subprocess.run([self.runtime, *self.flags, "rm", "-f", self.name], capture_output=True, timeout=PROBE_TIMEOUT_S)
+        if self.limit is None and state.stdout.strip() == "true":
+            self.limit = "memory"
+            self.breach = f"memory: the container went past {2 * self.spec.limits.memory_mb} MB and was OOM-killed"
+        if self.limit is None:
+            from agentlightning_cli.sandbox.launch import file_at_limit
+
+            big = file_at_limit(self.spec.writable, self.spec.limits.file_size_mb * MB)
+            if big is not None:
+                self.limit = "file_size"
+                self.breach = f"file_size: {big} reached the {self.spec.limits.file_size_mb} MB limit"
+
+    @property
+    def peak(self) -> dict[str, float]:
+        return dict(self.watchdog.peak) if self.watchdog is not None else {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "(no output)"

@@ -1,0 +1,60 @@
+"""The container image the `sandbox: container` tests run in, built here once per machine (no registry is
+reachable): a Debian bookworm root file system from Debian's packages (`debootstrap --variant=minbase`, with
+python3 and git, as project images have), marked with /etc/alight-test-image, imported with `podman import`.
+The root file system is cached as a tarball next to the test harness installs, so a later session only imports it.
+An older suite (bullseye, glibc 2.31) is built the same way on demand: the image whose C library cannot run this
+machine's Python."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.harness_support import harness_home
+
+IMAGE = "localhost/alight-test:bookworm"
+OLD_IMAGE = "localhost/alight-test:bullseye"
+MARK = "alight test image\n"
+MIRROR = "http://deb.debian.org/debian"
+SUITES = {IMAGE: ("bookworm", ["python3", "git"]), OLD_IMAGE: ("bullseye", [])}
+
+
+def podman() -> str:
+    found = shutil.which("podman")
+    assert found, "podman is not installed: `apt-get install podman runc debootstrap` (.ci/run does it)"
+    return found
+
+
+def image(name: str = IMAGE) -> str:
+    """`name`, present in podman's local store (built, or imported from the cached tarball)."""
+    if subprocess.run([podman(), "image", "exists", name]).returncode == 0:
+        return name
+    cache = harness_home() / "images"
+    cache.mkdir(parents=True, exist_ok=True)
+    suite, include = SUITES[name]
+    tarball = cache / f"{suite}-minbase.tar"
+    with open(cache / f"{suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.exists():
+            _build(suite, include, tarball)
+        if subprocess.run([podman(), "image", "exists", name]).returncode != 0:
+            with open(tarball, "rb") as f:
+                subprocess.run([podman(), "import", "-", name], stdin=f, check=True, capture_output=True)
+    return name
+
+
+def _build(suite: str, include: list[str], tarball: Path) -> None:
+    assert shutil.which("debootstrap"), "debootstrap is not installed: `apt-get install debootstrap`"
+    with tempfile.TemporaryDirectory(prefix="alight-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        extra = [f"--include={','.join(include)}"] if include else []
+        proc = subprocess.run(["debootstrap", "--variant=minbase", *extra, suite, str(root), MIRROR],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (root / "etc" / "alight-test-image").write_text(MARK)
+        partial = tarball.with_suffix(".partial")
+        subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
+        partial.rename(tarball)

@@ -1,0 +1,132 @@
+"""`sandbox: container` with real podman and an image built here (tests/container_support.py): a task shell and a
+real harness episode run in the image, see only what they should, have no network, hit the memory limit as
+`resource_limit`; a run refuses before any episode a task without an image, an image that is not there and an
+image whose C library cannot run this machine's Python; a container a killed run left is removed by the next."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.errors import AlightError
+from agentlightning_cli.sandbox import SandboxSpec
+from agentlightning_cli.sandbox.container import check_image, runtime_path, ulimit_args
+from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.tasks.shell import run_shell
+from tests import container_support as cs
+from tests import run_support as rs
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return cs.image()
+
+
+def _alight_containers(under: Path) -> list[str]:
+    """alight's containers (running or not) whose workspace is under `under`."""
+    out = subprocess.run([cs.podman(), "ps", "-a", "--filter", "label=alight.workspace", "--format",
+                          '{{.ID}} {{index .Labels "alight.workspace"}}'], capture_output=True, text=True, check=True)
+    return [line.split()[0] for line in out.stdout.splitlines() if line.split()[1].startswith(str(under))]
+
+
+def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image: str, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted: list[bool] = []
+    threading.Thread(target=lambda: (server.accept(), accepted.append(True)), daemon=True).start()
+    probe = (f"python3 -c \"import socket; s = socket.socket(); s.settimeout(3); "
+             f"print('reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'unreachable')\"")
+    spec = SandboxSpec(writable=[ws], image=image)
+    res = run_shell(f"cat /etc/alight-test-image; echo made > out.txt; echo $TASK_X; {probe}; ls /root | wc -l",
+                    ws, 120, env={"TASK_X": "from-the-host"}, sandbox=spec)
+    assert res.exit_code == 0, res
+    assert res.stdout_tail.splitlines() == [cs.MARK.strip(), "from-the-host", "unreachable", "0"]
+    assert (ws / "out.txt").read_text() == "made\n" and not accepted
+    server.close()
+    assert _alight_containers(tmp_path) == []  # removed once the command ended
+
+
+def test_memory_past_the_limit_is_a_resource_limit(image: str, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = SandboxSpec(writable=[ws], image=image, limits=EpisodeLimits(memory_mb=128))
+    hog = "python3 -c \"x = bytearray(200 * 1024 * 1024); import time; time.sleep(5)\""  # touched: 200 MB resident
+    res = run_shell(hog, ws, 120, sandbox=spec)
+    assert res.resource_limit is not None and res.resource_limit.startswith("memory"), res
+    assert _alight_containers(tmp_path) == []
+
+
+def test_an_image_that_cannot_run_this_python_is_refused_with_the_fix(tmp_path: Path) -> None:
+    old = cs.image(cs.OLD_IMAGE)  # Debian bullseye: glibc 2.31
+    with pytest.raises(AlightError) as info:
+        check_image(runtime_path(), old)
+    assert "cannot run this machine's Python" in info.value.message and "GLIBC" in info.value.message
+    assert "C library" in (info.value.hint or "")
+
+
+def _calc_tasks(root: Path, image: str | None) -> Path:
+    extra = {} if image is None else {"image": image}
+    return rs.calc_task_set(root, [{"id": "solve", "prompt": "SOLVE-ME: fix add() in calc.py", **extra},
+                                   {"id": "leave", "prompt": "LEAVE-ME: look around", **extra}])
+
+
+def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(image: str, tmp_path: Path) -> None:
+    rs.ensure_mini()
+    tasks = _calc_tasks(tmp_path, image)
+    look = "cat /etc/alight-test-image > seen.txt; ls -a >> seen.txt; ls /root | wc -l >> seen.txt"
+
+    def first(text: str) -> str:
+        return look + ("; sed -i 's/a - b/a + b/' calc.py" if "SOLVE-ME" in text else "")
+
+    out = tmp_path / "runs" / "c"
+    leftover = subprocess.run([cs.podman(), "run", "-d", *ulimit_args(), "--label",
+                               f"alight.workspace={out}/workspaces/ep-old", image, "sleep", "600"], capture_output=True, text=True, check=True).stdout.strip()
+    with FakeVLLM(FakeScript(reply=rs.mini_script(first), served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--attempts", "1",
+                          "--upstream", fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces",
+                          "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "removed 1 container(s) a stopped earlier run left behind" in proc.stderr
+    assert leftover[:12] not in subprocess.run([cs.podman(), "ps", "-a", "-q"], capture_output=True, text=True).stdout
+    summary = json.loads(proc.stdout)
+    by = {t["task_id"]: t for t in summary["tasks"]}
+    assert by["solve"]["mean_reward"] == 1.0 and by["leave"]["mean_reward"] == 0.0
+    assert summary["sandbox"] == "container"
+    store, episodes = rs.read_store(out)
+    try:
+        for ep in episodes:
+            seen = (out / "workspaces" / ep.id / "seen.txt").read_text().splitlines()
+            assert seen[0] == cs.MARK.strip() and "calc.py" in seen and "test_hidden_calc.py" not in seen, seen
+            assert seen[-1] == "0"  # the host's /root (HOME, ALIGHT_HOME, the task set) is not there
+            calls = store.get_calls(ep.id)
+            assert len(calls) == 2 and all(c.prompt_token_ids for c in calls)
+            assert ep.outcome_detail["sandbox"]["mode"] == "container"
+            assert ep.outcome_detail["sandbox"]["proxy"] == "listener handed over"
+    finally:
+        store.close()
+    assert _alight_containers(tmp_path) == []
+
+
+def test_a_run_refuses_missing_images_before_any_episode(image: str, tmp_path: Path) -> None:
+    rs.ensure_mini()
+    out = tmp_path / "runs" / "n"
+    tasks = _calc_tasks(tmp_path, None)
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
+                      "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path)
+    assert proc.returncode != 0 and "needs an image for every task; 2 have none (solve, leave)" in proc.stderr
+    assert "container.image" in proc.stderr and not out.exists()
+    absent = "localhost/alight-test:no-such-tag"
+    tasks = _calc_tasks(tmp_path / "b", absent)
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
+                      "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path)
+    assert proc.returncode != 0 and absent in proc.stderr and not out.exists(), proc.stderr
