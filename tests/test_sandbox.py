@@ -267,7 +267,7 @@ def test_sandbox_flag_and_the_summary_line(monkeypatch: pytest.MonkeyPatch) -> N
     from agentlightning_cli.rollout.summary import render, summarize
 
     bad = CliRunner().invoke(app, ["harness", "check", "codex", "--sandbox", "chroot"])
-    assert bad.exit_code == 2 and "bwrap, none" in bad.output
+    assert bad.exit_code == 2 and "bwrap, container, none" in bad.output
     monkeypatch.setenv("ALIGHT_SANDBOX", "none")  # the summary reports what episodes ran in, not the setting
 
     def ep(seen: object) -> SimpleNamespace:

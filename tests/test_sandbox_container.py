@@ -130,3 +130,15 @@ def test_a_run_refuses_missing_images_before_any_episode(image: str, tmp_path: P
     proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
                       "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path)
     assert proc.returncode != 0 and absent in proc.stderr and not out.exists(), proc.stderr
+
+
+def test_doctor_checks_the_runtime_and_the_configured_image(image: str, tmp_path: Path) -> None:
+    old = cs.image(cs.OLD_IMAGE)
+    found = {}
+    for name in (image, old):
+        proc = rs.alight(["doctor", "--json"], cwd=tmp_path, env={"ALIGHT_CONTAINER__IMAGE": name,
+                                                                   "ALIGHT_SANDBOX": "container"})
+        checks = json.loads(proc.stdout)["checks"]
+        found[name] = next(c for c in checks if c["name"].startswith("container runtime"))
+    assert found[image]["ok"] and "podman" in found[image]["version"] and image in found[image]["detail"]
+    assert not found[old]["ok"] and "GLIBC" in found[old]["detail"] and "C library" in found[old]["fix"]

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentlightning_cli.errors import AlightError
+
 if TYPE_CHECKING:
     from agentlightning_cli.serve.gpu_plan import Gpu
 
@@ -195,6 +197,17 @@ def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dic
         sandbox = {"ok": False, "version": None, "detail": f"cannot check: {exc}",
                    "fix": "reinstall alight (bash scripts/install.sh), then run alight doctor again"}
     checks.append(Check("bubblewrap (sandbox)", sandbox["ok"], sandbox["version"], sandbox["detail"], sandbox["fix"]))
+    try:
+        from agentlightning_cli.config import load_settings
+        from agentlightning_cli.sandbox.check import container_status
+
+        settings = load_settings()
+        box = container_status(settings.container.runtime, settings.container.image,
+                               required=settings.sandbox == "container")
+    except (ImportError, AlightError) as exc:
+        box = {"ok": False, "version": None, "detail": f"cannot check: {getattr(exc, 'message', exc)}",
+               "fix": "fix the settings (alight config show), then run alight doctor again"}
+    checks.append(Check("container runtime (sandbox: container)", box["ok"], box["version"], box["detail"], box["fix"]))
     from agentlightning_cli.serve.gpu_plan import visible_gpus
 
     checks += accelerator_checks(torch_facts() if importlib.util.find_spec("torch") else None, visible_gpus(),

@@ -30,3 +30,29 @@ def sandbox_status() -> dict:
     return {"ok": True, "version": version,
             "detail": f"{bwrap}: user, PID and network namespaces work; {limits}; {notices}",
             "fix": None}
+
+
+def container_status(runtime_name: str = "auto", image: str | None = None, required: bool = False) -> dict:
+    """{ok, version, detail, fix} for `sandbox: container`: the runtime, and with an image (`container.image`)
+    whether a container from it starts here and this machine's Python runs in it. Not required (ok) when the
+    sandbox setting is another."""
+    import subprocess
+
+    from agentlightning_cli.sandbox import container
+
+    try:
+        runtime = container.runtime_path(runtime_name)
+    except AlightError as exc:
+        return {"ok": not required, "version": None, "fix": exc.hint,
+                "detail": exc.message + ("" if required else " (needed only for `sandbox: container`)")}
+    version = subprocess.run([runtime, "--version"], capture_output=True, text=True).stdout.strip() or None
+    if image is None:
+        return {"ok": True, "version": version, "fix": None,
+                "detail": f"{runtime}; set `container.image` (or give tasks an `image`) and doctor checks it runs"}
+    try:
+        flags = container.runtime_args(runtime, image)
+        container.check_image(runtime, image)
+    except AlightError as exc:
+        return {"ok": False, "version": version, "detail": exc.message, "fix": exc.hint}
+    return {"ok": True, "version": version, "fix": None,
+            "detail": f"{runtime} {' '.join(flags)} runs {image}, and this machine's Python runs in it".replace("  ", " ")}
