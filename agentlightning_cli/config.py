@@ -186,6 +186,8 @@ class ContainerSettings(Section):
     """`auto`: podman if installed, else docker."""
     image: str | None = None
     """The image for tasks without their own `image` (e.g. one with your project's toolchain installed)."""
+    pull: Literal["missing", "never", "always"] = "missing"
+    """Before the round: pull the images that are not present (`missing`), none (`never`), or all (`always`)."""
 
 
 class Settings(Section):

@@ -127,9 +127,12 @@ def test_a_run_refuses_missing_images_before_any_episode(image: str, tmp_path: P
     assert "container.image" in proc.stderr and not out.exists()
     absent = "localhost/alight-test:no-such-tag"
     tasks = _calc_tasks(tmp_path / "b", absent)
-    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
-                      "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path)
-    assert proc.returncode != 0 and absent in proc.stderr and not out.exists(), proc.stderr
+    for pull, why in (("never", "not present, and container.pull is never"), ("missing", "pull failed")):
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
+                          "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path,
+                         env={"ALIGHT_CONTAINER__PULL": pull})
+        assert proc.returncode != 0 and not out.exists(), proc.stderr
+        assert f"1 image(s) needed by this task set cannot be had:\n  {absent} ({why}" in proc.stderr, proc.stderr
 
 
 def test_doctor_checks_the_runtime_and_the_configured_image(image: str, tmp_path: Path) -> None:

@@ -129,7 +129,9 @@ def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
                           "give each task line an `image`, or set `container.image` in alight.yaml")
     tasks = [t if t.image is not None else t.model_copy(update={"image": default}) for t in tasks]
     runtime = container.runtime_path(settings.container.runtime)
-    for image in dict.fromkeys(t.image for t in tasks):
+    images = list(dict.fromkeys(t.image for t in tasks))
+    container.ensure_images(runtime, images, settings.container.pull)
+    for image in images:
         container.check_image(runtime, image)
     return tasks
 

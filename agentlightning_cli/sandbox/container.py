@@ -32,6 +32,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -66,7 +67,7 @@ def runtime_args(runtime: str, image: str) -> tuple[str, ...]:
     sets = PODMAN_FLAG_SETS if Path(runtime).name == "podman" else ([],)
     failures = []
     for flags in sets:
-        argv = [runtime, *flags, "run", "--rm", "--network", "none", *ulimit_args(), image, "true"]
+        argv = [runtime, *flags, "run", "--rm", "--pull", "never", "--network", "none", *ulimit_args(), image, "true"]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -92,13 +93,39 @@ def ulimit_args() -> list[str]:
     return ["--ulimit", f"nofile={nofile[0]}:{nofile[1]}", "--ulimit", f"nproc={nproc[0]}:{nproc[1]}"]
 
 
+def ensure_images(runtime: str, images: list[str], pull: str = "missing") -> list[str]:
+    """Every image present before the round: pulled once when missing (`pull: missing`, progress on stderr), or
+    always (`always`), or never (`never`). Returns the images pulled; one AlightError naming every image that
+    cannot be had (never an episode failure per attempt)."""
+    pulled, failed = [], []
+    for image in dict.fromkeys(images):
+        present = subprocess.run([runtime, "image", "inspect", image], capture_output=True,
+                                 timeout=PROBE_TIMEOUT_S).returncode == 0
+        if present and pull != "always":
+            continue
+        if pull == "never":
+            failed.append(f"{image} (not present, and container.pull is never)")
+            continue
+        print(f"alight: pulling {image} with {Path(runtime).name}", file=sys.stderr, flush=True)
+        proc = subprocess.run([runtime, "pull", image], stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            failed.append(f"{image} (pull failed: {_last_line(proc.stderr)})")
+        else:
+            pulled.append(image)
+    if failed:
+        raise AlightError(f"{len(failed)} image(s) needed by this task set cannot be had:\n  " + "\n  ".join(failed),
+                          f"build or load them (`{Path(runtime).name} load -i FILE`, `{Path(runtime).name} import`), "
+                          "make the registry reachable, or fix the tasks' `image` / `container.image`")
+    return pulled
+
+
 @functools.lru_cache(maxsize=16)
 def check_image(runtime: str, image: str) -> None:
     """Once per image: a container from it starts here and this machine's interpreter (the forwarder's, and the
     harness's when it is a Python install) runs in it. AlightError with the fix otherwise."""
     flags = runtime_args(runtime, image)
     python, prefix = bwrap.forwarder_python()
-    argv = [runtime, *flags, "run", "--rm", "--network", "none", *ulimit_args(), "-v", f"{prefix}:{prefix}:ro",
+    argv = [runtime, *flags, "run", "--rm", "--pull", "never", "--network", "none", *ulimit_args(), "-v", f"{prefix}:{prefix}:ro",
             "--entrypoint", python, image, "-I", "-S", "-c", "import sys; print(sys.version_info[:2])"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     if proc.returncode != 0:
@@ -143,7 +170,7 @@ class ContainerSandbox:
     def command(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> list[str]:
         spec = self.spec
         python, prefix = bwrap.forwarder_python()
-        args = [self.runtime, *self.flags, "run", "--name", self.name, "--hostname", "alight-episode",
+        args = [self.runtime, *self.flags, "run", "--pull", "never", "--name", self.name, "--hostname", "alight-episode",
                 "--network", "host" if spec.network else "none", *ulimit_args(),
                 "--pids-limit", str(spec.limits.processes + 1),
                 "--memory", f"{2 * spec.limits.memory_mb}m", "--memory-swap", f"{2 * spec.limits.memory_mb}m",
