@@ -47,10 +47,13 @@ def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image:
     probe = (f"python3 -c \"import socket; s = socket.socket(); s.settimeout(3); "
              f"print('reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'unreachable')\"")
     spec = SandboxSpec(writable=[ws], image=image)
-    res = run_shell(f"cat /etc/alight-test-image; echo made > out.txt; echo $TASK_X; {probe}; ls /root | wc -l",
-                    ws, 120, env={"TASK_X": "from-the-host"}, sandbox=spec)
+    res = run_shell(f"cat /etc/alight-test-image; echo made > out.txt; echo $TASK_X; {probe}; ls /root | wc -l; "
+                    "echo $PATH; echo ${VIRTUAL_ENV:-none}", ws, 120, env={"TASK_X": "from-the-host"}, sandbox=spec)
     assert res.exit_code == 0, res
-    assert res.stdout_tail.splitlines() == [cs.MARK.strip(), "from-the-host", "unreachable", "0"]
+    lines = res.stdout_tail.splitlines()
+    assert lines[:4] == [cs.MARK.strip(), "from-the-host", "unreachable", "0"]
+    # The image's own environment, with the task's variables added: not this machine's PATH or virtualenv.
+    assert ".pyenv" not in lines[4] and ".venv" not in lines[4] and lines[5] == "none", lines
     assert (ws / "out.txt").read_text() == "made\n" and not accepted
     server.close()
     assert _alight_containers(tmp_path) == []  # removed once the command ended

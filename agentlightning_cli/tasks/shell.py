@@ -52,7 +52,10 @@ def run_shell(
             full_env["HOME"] = home
             full_env.setdefault("PYENV_ROOT", str(Path(os.environ.get("HOME", "/root")) / ".pyenv"))
             box = open_sandbox(replace(sandbox, writable=[*sandbox.writable, Path(home)]))
-            argv, start_kwargs = box.command(argv, Path(cwd), full_env), box.popen_kwargs()
+            # In a container the command lives in the image's environment (its PATH, its tools), with only the
+            # task's own variables added; under bubblewrap it keeps this machine's.
+            inside = full_env if sandbox.image is None else {**(env or {}), "HOME": home, "GIT_TERMINAL_PROMPT": "0"}
+            argv, start_kwargs = box.command(argv, Path(cwd), inside), box.popen_kwargs()
         started = time.monotonic()
         # Its own process group, so a timeout takes its children down with it.
         proc = process.start(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
