@@ -15,7 +15,7 @@ from agentlightning_cli.inspect.paged_table import PagedTable
 from agentlightning_cli.inspect.runs_view import RunsScreen
 from agentlightning_cli.store import Store
 from agentlightning_cli.testing.call_bodies import Step, conversation
-from agentlightning_cli.testing.inspect_store import build_demo_run
+from agentlightning_cli.testing.inspect_store import DEMO_PATCH, build_demo_run
 
 
 @pytest.fixture
@@ -51,6 +51,7 @@ async def test_navigate_open_a_call_see_its_tool_call_filter_and_quit(demo):
         assert episode.table.row_count == 4
         text = screen_text(episode)
         assert "→ bash(" in text and "openai-responses" in text
+        assert f"patch: 1 file(s), {len(DEMO_PATCH)} bytes" in text  # the agent's patch, kept with the episode
         await pilot.press("t")  # training rows: the rewritten history starts a new row, and says where
         await pilot.pause()
         assert "diverges from call 1's prompt + completion at token 10" in screen_text(episode)

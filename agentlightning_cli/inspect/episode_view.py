@@ -105,6 +105,11 @@ class EpisodeScreen(Screen[None]):
             lines.append(Text(f"error: {e.error}", style="red"))
         if e.reward_detail:
             lines.append(Text(f"reward detail: {json.dumps(e.reward_detail)[:300]}"))
+        patch = store.get_patch(self.episode_id)
+        if patch is not None:
+            lines.append(Text(f"patch: {patch.error}" if patch.patch is None else "patch: no change" if not patch.size
+                              else f"patch: {patch.files} file(s), {patch.size:,} bytes (alight inspect show"
+                                   f" {self.episode_id} --patch)"))
         self.query_one("#episode", Static).update(Text("\n").join(lines))
         current = self.table.current() if self.table.items else None
         self.table.show_items(self.calls, keep_key=current.id if current else None)

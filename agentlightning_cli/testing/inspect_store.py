@@ -24,6 +24,9 @@ TASKS = {"fix-add": "The function add() in calc.py returns a - b. Make it return
 BIG_OUTPUT = "\n".join(f"{i:06d}: log line from a very chatty test runner" for i in range(3000))  # ~120 kB
 
 
+DEMO_PATCH = ("diff --git a/calc.py b/calc.py\nindex 1111111..2222222 100644\n--- a/calc.py\n+++ b/calc.py\n"
+              "@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n")
+
 def steps_for(task: str, stream: bool, big: bool = False) -> list[Step]:
     return [
         Step(text="Let me look at the code first.", tool=("bash", {"command": "cat calc.py"}),
@@ -114,6 +117,9 @@ def build_demo_run(run_dir: Path, name: str = "demo") -> DemoRun:
                                              error="harness exited 1: LLM error after 2 calls", started_at=clock,
                                              ended_at=end + 1)
                     elif r < 2 or attempt == 0:
+                        if ep.id == demo.broken_prefix_episode:  # what the agent changed, as the rollout keeps it
+                            patch = DEMO_PATCH.encode()
+                            store.set_patch(ep.id, patch, 1, len(patch))
                         reward = 1.0 if (r + t + attempt) % 3 != 2 or r == 2 else 0.0
                         reward = reward if r > 0 or attempt == 0 else 0.0
                         store.update_episode(ep.id, status="done", outcome="finished", exit_code=0, reward=reward,
