@@ -186,6 +186,12 @@ class ContainerSettings(Section):
     """`auto`: podman if installed, else docker."""
     image: str | None = None
     """The image for tasks without their own `image` (e.g. one with your project's toolchain installed)."""
+    swebench_image: str = "swebench/sweb.eval.x86_64.{id}:latest"
+    """The image of a SWE-bench row without an `image` column: `{id}` is its instance id in lower case with `__`
+    as `_1776_` (SWE-bench's published naming; another registry or naming for SWE-Gym, R2E-Gym, SWE-smith)."""
+    grading_network: bool = True
+    """SWE-bench grading containers get the network, as the official ones do (eval scripts reinstall the project);
+    false withholds it (the run summary says so)."""
     pull: Literal["missing", "never", "always"] = "missing"
     """Before the round: pull the images that are not present (`missing`), none (`never`), or all (`always`)."""
 

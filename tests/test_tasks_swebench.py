@@ -33,6 +33,10 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.fixture()
 def mirror(tmp_path: Path) -> tuple[Path, dict]:
+    return make_mirror(tmp_path)
+
+
+def make_mirror(tmp_path: Path) -> tuple[Path, dict]:
     """A mirror folder holding acme__calc: base commit (bug), then the future fix commit with the new test."""
     repo = tmp_path / "mirror" / "acme__calc"
     (repo / "calc").mkdir(parents=True)

@@ -49,14 +49,15 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
 def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     tasks = load_task_subset(opts)
-    environment_warning = swebench_environment_warning(tasks)
-    if environment_warning:
-        print(f"alight run: WARNING: {environment_warning}", file=sys.stderr, flush=True)
     recipe, installed = recipe_and_install(settings, opts.harness)
     from agentlightning_cli.sandbox.choice import resolve
 
     # Resolved once; every episode, setup and reward of the run gets it from the round context.
     settings.sandbox, settings.episode_limits = resolve(settings.sandbox, settings.episode_limits)
+    # In a container a SWE-bench row runs in its own image; elsewhere nothing installs its project.
+    environment_warning = swebench_environment_warning(tasks) if settings.sandbox != "container" else None
+    if environment_warning:
+        print(f"alight run: WARNING: {environment_warning}", file=sys.stderr, flush=True)
     if settings.sandbox == "bwrap":  # before anything starts: a machine that cannot sandbox gets the fix now
         from agentlightning_cli.sandbox import ensure_available
 
@@ -152,7 +153,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
     run_context = functools.partial(
         RunContext, store=store, recipe=recipe, installed=installed, run_id=run_row.id, run_dir=run_dir,
         sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox, limits=settings.episode_limits,
-        container_runtime=settings.container.runtime,
+        container_runtime=settings.container.runtime, grading_network=settings.container.grading_network,
         timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
         setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)

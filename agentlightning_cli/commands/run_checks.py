@@ -111,8 +111,9 @@ def swebench_environment_warning(tasks: list[Any]) -> str | None:
     names = ", ".join(bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
     return (f"{len(bare)} SWE-bench task(s) ({names}) have no `setup` that installs their project: they run on "
             "this machine's Python with only the repository checked out, not in SWE-bench's image, so their tests "
-            "will mostly fail whatever the agent does and rewards will not measure the model; give each line a "
-            "`setup` that installs its environment (e.g. `pip install -e .` with the pinned dependencies)")
+            "will mostly fail whatever the agent does and rewards will not measure the model; run them in their "
+            "own images with `--sandbox container` (graded by the official code), or give each line a `setup` that "
+            "installs its environment")
 
 
 def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
@@ -121,6 +122,21 @@ def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
     Python runs in it). One error naming every task without an image, or the first image that cannot run."""
     from agentlightning_cli.sandbox import container
 
+    from agentlightning_cli.tasks.swebench import published_image
+
+    not_gradable = [t.id for t in tasks if t.swebench is not None and not t.swebench.gradable]
+    if not_gradable:
+        names = ", ".join(not_gradable[:5]) + (f" and {len(not_gradable) - 5} more" if len(not_gradable) > 5 else "")
+        raise AlightError(
+            f"{len(not_gradable)} SWE-bench row(s) ({names}) lack what the official grading needs: `eval_script`, "
+            "`log_parser` and `eval_type` (SWE-bench 5.x rows carry them; older copies do not)",
+            "take the rows from a current SWE-bench dataset, add the three fields to each line (your own eval "
+            "script with the markers, e.g. log_parser parse_log_pytest, eval_type pass_and_fail), or run them under "
+            "--sandbox bwrap with alight's pytest reward over the listed tests (not the official grading)")
+    # A SWE-bench row's project comes from its image (/testbed, installed and built), never from a fetch.
+    tasks = [t.model_copy(update={"image": t.image or t.swebench.image or published_image(
+                 t.id, settings.container.swebench_image), "repo": None, "repo_kind": "none"})
+             if t.swebench is not None else t for t in tasks]
     default = settings.container.image
     missing = [t.id for t in tasks if t.image is None and default is None]
     if missing:

@@ -42,6 +42,9 @@ class EpisodeSpec:
     """`sandbox: container`: the image the harness runs in (the task's, or `container.image`)."""
     container_runtime: str = "auto"
     """`sandbox: container`: podman, docker, or auto."""
+    container_workdir: str | None = None
+    """`sandbox: container`: where the image has the project (SWE-bench: /testbed); the workspace is bound there
+    too and the harness starts there."""
     limits: Any = None
     """config.EpisodeLimits; None: the `episode_limits` setting."""
     proxy_socket: str | None = None

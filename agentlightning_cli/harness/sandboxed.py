@@ -110,7 +110,8 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
     box_spec = SandboxSpec(writable=private, read_only=read_only,
                            proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits,
                            proxy_listeners=inbox if inbox is not None and inbox.exists() else None,
-                           image=spec.image if mode == "container" else None, runtime=spec.container_runtime)
+                           image=spec.image if mode == "container" else None, runtime=spec.container_runtime,
+                           workdir=spec.container_workdir if mode == "container" else None)
     try:
         return EpisodeBox(open_sandbox(box_spec, bwrap_exe), relay, mode)
     except BaseException:

@@ -68,6 +68,8 @@ class RunContext:
     keep_workspaces: bool = False
     container_runtime: str = "auto"
     """`sandbox: container`: podman, docker or auto (each task carries its image)."""
+    grading_network: bool = True
+    """`sandbox: container`: SWE-bench grading containers get the network, as the official ones do."""
     seed: int | None = None
     """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
     stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
@@ -152,7 +154,8 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
         run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
         proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
         proxy_listeners=ctx.proxy.listeners_path or None,
-        sandbox=ctx.sandbox, limits=ctx.limits, image=slot.task.image, container_runtime=ctx.container_runtime)
+        sandbox=ctx.sandbox, limits=ctx.limits, image=slot.task.image, container_runtime=ctx.container_runtime,
+        container_workdir=slot.task.container_workdir)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
     t = time.monotonic()
     seen: dict[str, Any] | None = None
@@ -184,6 +187,19 @@ def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, fl
     remove_base(base)
     ctx.store.set_patch(slot.episode_id, made.patch, made.files, made.size, made.error)
     timings["patch_s"] = time.monotonic() - t
+    task = slot.task
+    if ctx.sandbox == "container" and task.swebench is not None and task.swebench.gradable:
+        # The official verdict on the patch alone, in a fresh container of the instance's image.
+        from agentlightning_cli.sandbox.container import runtime_path
+        from agentlightning_cli.swebench_grade import grade
+
+        if made.error is not None:
+            return "reward_error", None, made.error, {"error": made.error}
+        result = grade(task, made.patch, runtime=runtime_path(ctx.container_runtime), network=ctx.grading_network,
+                       timeout_s=ctx.reward_timeout_s)
+        timings["reward_s"] = result.duration_s
+        status, reward, error = scoring.classify(result)
+        return status, reward, error, scoring.detail(result)
     try:
         # The source-cache copy of the task (already fetched for its workspace): a SWE-bench reveal reads the
         # base test files from there, never from the workspace's .git, which the agent had.

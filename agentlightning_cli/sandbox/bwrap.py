@@ -56,6 +56,9 @@ class SandboxSpec:
     """`sandbox: container`: the image the command runs in (container.py); None for bubblewrap."""
     runtime: str = "auto"
     """The container runtime: podman, docker, or auto (the first installed)."""
+    workdir: str | None = None
+    """A container only: where the image expects its project (SWE-bench's /testbed). The command's folder is bound
+    there too (the same files at both paths) and the command starts there."""
 
 
 def bwrap_path() -> str:

@@ -24,7 +24,7 @@ def resolve(mode: str | None, limits: EpisodeLimits | None) -> tuple[str, Episod
 
 def task_shell_spec(workspace: Path, *, network: bool, mode: str | None = None, limits: EpisodeLimits | None = None,
                     read_only: list[Path] | None = None, with_alight: bool = False, image: str | None = None,
-                    runtime: str = "auto") -> SandboxSpec | None:
+                    runtime: str = "auto", workdir: str | None = None) -> SandboxSpec | None:
     """The sandbox for a task's setup or reward command over `workspace`; None for `sandbox: none`. with_alight:
     alight's own package is visible too (a SWE-bench reward runs it). `sandbox: container` runs it in `image`
     (the task's, or `container.image` given by the caller) on `runtime`."""
@@ -36,4 +36,4 @@ def task_shell_spec(workspace: Path, *, network: bool, mode: str | None = None, 
                           "give the task line an `image`, or set `container.image` in alight.yaml")
     return SandboxSpec(writable=[Path(workspace)], read_only=[*task_shell_roots(with_alight), *(read_only or [])],
                        network=network, limits=limits, image=image if mode == "container" else None,
-                       runtime=runtime)
+                       runtime=runtime, workdir=workdir if mode == "container" else None)

@@ -136,6 +136,26 @@ def check_image(runtime: str, image: str) -> None:
             "same or a newer Debian/Ubuntu release); rebuild the image on a newer base, or use `--sandbox bwrap`")
 
 
+def copy_out(runtime: str, image: str, path: str, dest: Path) -> None:
+    """The contents of `path` in `image` copied into the folder `dest` (an episode's workspace made from the
+    image's own project, built artifacts included). AlightError naming the image and path when it fails."""
+    flags = runtime_args(runtime, image)
+    made = subprocess.run([runtime, *flags, "create", "--pull", "never", *ulimit_args(), image, "true"],
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if made.returncode != 0:
+        raise AlightError(f"cannot create a container from {image}: {_last_line(made.stderr)}")
+    cid = made.stdout.strip().splitlines()[-1]
+    try:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        copied = subprocess.run([runtime, *flags, "cp", f"{cid}:{path.rstrip('/')}/.", str(dest)],
+                                capture_output=True, text=True, timeout=3600)
+        if copied.returncode != 0:
+            raise AlightError(f"cannot copy {path} out of {image}: {_last_line(copied.stderr)}",
+                              f"does the image have its project at {path}?")
+    finally:
+        subprocess.run([runtime, *flags, "rm", "-f", cid], capture_output=True, timeout=PROBE_TIMEOUT_S)
+
+
 def remove_under(runtime: str, folder: Path) -> int:
     """Remove every container of alight's whose working folder is under `folder` (a run directory: what a killed
     run left, running or not); returns how many."""
@@ -181,7 +201,11 @@ class ContainerSandbox:
             args += ["-v", f"{path}:{path}:ro"]
         for path in bwrap.outermost(spec.writable):
             args += ["-v", f"{path}:{path}"]
-        args += ["-v", f"{bwrap.compiled_forwarder().parent}:{bwrap.FORWARDER_DIR_INSIDE}:ro", "-w", str(cwd)]
+        args += ["-v", f"{bwrap.compiled_forwarder().parent}:{bwrap.FORWARDER_DIR_INSIDE}:ro"]
+        if spec.workdir is not None:  # the project where the image's installs expect it, the same files
+            args += ["-v", f"{cwd}:{spec.workdir}", "-w", spec.workdir]
+        else:
+            args += ["-w", str(cwd)]
         mode, address = "none", "-"
         if not spec.network and spec.proxy_port is not None:
             if spec.proxy_listeners is not None:

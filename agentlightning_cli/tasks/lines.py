@@ -98,6 +98,11 @@ class SwebenchLine(_Strict):
     created_at: str | None = None
     difficulty: str | None = None
     image_assets: Any = None
+    # SWE-bench 5.x rows carry how they are graded (the official harness reads these, nothing else).
+    image: str | None = None
+    eval_script: str | None = None
+    log_parser: str | None = None
+    eval_type: str | None = None
     # alight's own fields, allowed on a SWE-bench line to adapt it (e.g. `setup: ["pip install -e ."]`).
     setup: list[str] = Field(default_factory=list)
     reward: str | None = None

@@ -29,6 +29,23 @@ class SwebenchSpec(BaseModel):
     environment_setup_commit: str | None = None
     github_repo: str
     """`owner/name` as published."""
+    instance_id: str = ""
+    eval_script: str | None = Field(default=None, repr=False)
+    """SWE-bench 5.x: the row's own eval script (test-file reset, test_patch inlined, markers, the test command)."""
+    log_parser: str | None = None
+    """SWE-bench 5.x: the key of the official parser for its test log (`parse_log_pytest`, ...)."""
+    eval_type: str | None = None
+    """SWE-bench 5.x: `pass_and_fail` or `fail_only`."""
+    image: str | None = None
+    """The row's own `image` column (the instance's published image), when it has one."""
+
+    @property
+    def gradable(self) -> bool:
+        """Whether the official grading can run: the row says how (eval script, log parser, eval type)."""
+        return bool(self.eval_script and self.log_parser and self.eval_type)
+
+
+SWEBENCH_WORKDIR = "/testbed"
 
 
 class Task(BaseModel):
@@ -72,6 +89,12 @@ class Task(BaseModel):
     @property
     def where(self) -> str:
         return f"{self.source_file}:{self.source_line}"
+
+    @property
+    def container_workdir(self) -> str | None:
+        """Under `sandbox: container`, where the image has the project (SWE-bench's images: /testbed): the
+        workspace is made from it and bound there. None: the workspace is bound at its own path."""
+        return SWEBENCH_WORKDIR if self.kind == "swebench" else None
 
 
 def swebench_reward_command() -> str:

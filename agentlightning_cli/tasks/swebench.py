@@ -61,7 +61,18 @@ def spec_from_line(line: SwebenchLine) -> SwebenchSpec:
         version=line.version,
         environment_setup_commit=line.environment_setup_commit,
         github_repo=line.repo,
+        instance_id=line.instance_id,
+        eval_script=line.eval_script,
+        log_parser=line.log_parser,
+        eval_type=line.eval_type,
+        image=line.image,
     )
+
+
+def published_image(instance_id: str, template: str = "swebench/sweb.eval.x86_64.{id}:latest") -> str:
+    """The image SWE-bench publishes for an instance: `{id}` is the id in lower case with `__` spelled `_1776_`
+    (a registry forbids double underscores), as every published row's `image` column has it."""
+    return template.format(id=instance_id.lower().replace("__", "_1776_"))
 
 
 def test_patch_paths(patch: str) -> list[str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.sandbox.choice import task_shell_spec
+from agentlightning_cli.sandbox.choice import resolve, task_shell_spec
+from agentlightning_cli.sandbox.container import copy_out, runtime_path
 from agentlightning_cli.tasks.base_files import base_versions, git_env
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import run_shell
@@ -48,20 +49,14 @@ def prepare_workspace(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise AlightError(f"task {task.id}: workspace {dest} already exists and is not empty", "use a fresh folder")
     dest.mkdir(parents=True, exist_ok=True)
-    _git(task, dest, "init", "-q")
-    for key, value in (("user.name", "alight"), ("user.email", "alight@localhost"), ("commit.gpgsign", "false")):
-        _git(task, dest, "config", key, value)  # so an agent's own `git commit` works in the workspace
-    if task.repo_kind == "none":
-        _git(task, dest, "commit", "-q", "--allow-empty", "-m", "alight: empty workspace")
-    elif task.repo_kind == "dir":
-        shutil.copytree(task.repo, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
-        _git(task, dest, "add", "-A")
-        _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
+    in_image = task.container_workdir is not None and task.image is not None and resolve(sandbox, limits)[0] == "container"
+    if in_image:  # the project as the image has it (installed, built): the agent's starting point
+        copy_out(runtime_path(container_runtime), task.image, task.container_workdir, dest)
     else:
-        _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
+        _make_repo(task, dest, fetch_timeout_s, fetch_depth)
     # Setup runs sandboxed like the agent (`sandbox`/`limits`, None: the settings); network only with setup_network.
     box = task_shell_spec(dest, network=task.setup_network, mode=sandbox, limits=limits, image=task.image,
-                          runtime=container_runtime) if task.setup else None
+                          runtime=container_runtime, workdir=task.container_workdir) if task.setup else None
     for i, command in enumerate(task.setup, start=1):
         res = run_shell(command, dest, setup_timeout_s, env=task_env(task, dest), sandbox=box)
         if res.timed_out or res.exit_code != 0 or res.resource_limit:
@@ -74,6 +69,21 @@ def prepare_workspace(
                 "run the command by hand in a copy of the repo to see why",
             )
     return dest
+
+
+def _make_repo(task: Task, dest: Path, fetch_timeout_s: float, fetch_depth: int | None) -> None:
+    """The task's repository at its base commit in dest (empty, plain folder, local git or URL)."""
+    _git(task, dest, "init", "-q")
+    for key, value in (("user.name", "alight"), ("user.email", "alight@localhost"), ("commit.gpgsign", "false")):
+        _git(task, dest, "config", key, value)  # so an agent's own `git commit` works in the workspace
+    if task.repo_kind == "none":
+        _git(task, dest, "commit", "-q", "--allow-empty", "-m", "alight: empty workspace")
+    elif task.repo_kind == "dir":
+        shutil.copytree(task.repo, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+        _git(task, dest, "add", "-A")
+        _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
+    else:
+        _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
 
 
 def task_env(task: Task, workspace: Path) -> dict[str, str]:
