@@ -19,6 +19,17 @@ HIDDEN_TEST = ("import unittest\nfrom calc import add\n\n\nclass T(unittest.Test
                "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
 
 
+CALL_MODEL_ONCE = '''#!/usr/bin/env python3
+import json, os, sys, urllib.request
+body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+urllib.request.urlopen(req, timeout=60).read()
+'''
+"""The start of a script agent: one call to the model through the proxy (its prompt file is argv[1])."""
+
+
 def ensure_mini() -> None:
     installed("mini-swe-agent")
 

@@ -160,14 +160,7 @@ def test_doctor_checks_the_runtime_and_the_configured_image(image: str, tmp_path
 
 # A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in an
 # image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test command).
-SWE_FIXER = '''#!/usr/bin/env python3
-import json, os, sys, urllib.request
-body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
-                             headers={"Content-Type": "application/json",
-                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
-urllib.request.urlopen(req, timeout=60).read()
-here = os.getcwd()
+SWE_FIXER = rs.CALL_MODEL_ONCE + '''here = os.getcwd()
 seen = [here, str(os.path.exists("tests/test_calc.py")), str(os.path.exists("/etc/alight-test-image"))]
 open("seen.txt", "w").write("\\n".join(seen) + "\\n")
 if MODE == "fix":

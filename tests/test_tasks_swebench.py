@@ -180,14 +180,7 @@ def test_ids_that_are_not_pytest_node_ids_explain_themselves(tmp_path: Path) -> 
     assert detail["fail_to_pass"]["failed"][0]["outcome"] == "not run"
 
 
-FIXER = '''#!/usr/bin/env python3
-import json, os, sys, urllib.request
-body = {"model": "policy", "messages": [{"role": "user", "content": open(sys.argv[1]).read()}]}
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
-                             headers={"Content-Type": "application/json",
-                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
-urllib.request.urlopen(req, timeout=60).read()
-open("calc/__init__.py", "w").write(FIXED)
+FIXER = '''open("calc/__init__.py", "w").write(FIXED)
 open("notes.txt", "w").write("left by the agent\\n")
 print(json.dumps({"event": "finished"}))
 '''
@@ -205,7 +198,7 @@ def test_run_warns_without_an_environment_and_exports_predictions(tmp_path: Path
     mirror_dir, line = mirror
     tasks = write_set(tmp_path, {**line, "setup": setup})
     agent = tmp_path / "fixer.py"
-    agent.write_text(FIXER.replace("FIXED", repr(FIXED)))
+    agent.write_text(rs.CALL_MODEL_ONCE + FIXER.replace("FIXED", repr(FIXED)))
     agent.chmod(0o755)
     recipe = rs.script_recipe(tmp_path, "fixer", [str(agent), "{{ prompt_file }}"])
     out = tmp_path / "runs" / "swe"

@@ -257,12 +257,10 @@ class ContainerSandbox:
         return proc.returncode == 0
 
     def exit_limit(self, exit_code: int | None) -> None:
-        from agentlightning_cli.sandbox.launch import SIGNAL_LIMITS
+        from agentlightning_cli.sandbox.launch import limit_from_exit
 
-        if self.limit is None and exit_code is not None and exit_code > 128:
-            name = SIGNAL_LIMITS.get(exit_code - 128)  # type: ignore[call-overload]
-            if name is not None:
-                self.limit, self.breach = name, f"{name}: the command was killed by {signal.Signals(exit_code - 128).name}"
+        if self.limit is None and (found := limit_from_exit(exit_code)) is not None:
+            self.limit, self.breach = found
 
     def close(self) -> None:
         """Stop watching, read how the container ended (an OOM kill past the runtime's backstop is the memory

@@ -75,10 +75,8 @@ class Sandbox:
 
     def exit_limit(self, exit_code: int | None) -> None:
         """The forwarder exits 128+N when the command died of signal N: SIGXCPU/SIGXFSZ are limits too."""
-        if self.limit is None and exit_code is not None and exit_code > 128:
-            name = SIGNAL_LIMITS.get(exit_code - 128)  # type: ignore[call-overload]
-            if name is not None:
-                self.limit, self.breach = name, f"{name}: the command was killed by {signal.Signals(exit_code - 128).name}"
+        if self.limit is None and (found := limit_from_exit(exit_code)) is not None:
+            self.limit, self.breach = found
 
     def close(self) -> None:
         """Stop watching; record a breach; remove the cgroup. Call once the sandbox process has exited."""
@@ -108,6 +106,17 @@ class Sandbox:
     @property
     def peak(self) -> dict[str, float]:
         return dict(self.watchdog.peak) if self.watchdog else {}
+
+
+def limit_from_exit(exit_code: int | None) -> tuple[str, str] | None:
+    """(limit, breach) when the sandbox's PID 1 (the forwarder) exited 128+N for a command killed by a limit's
+    signal (SIGXCPU, SIGXFSZ); None otherwise."""
+    if exit_code is None or exit_code <= 128:
+        return None
+    name = SIGNAL_LIMITS.get(exit_code - 128)  # type: ignore[call-overload]
+    if name is None:
+        return None
+    return name, f"{name}: the command was killed by {signal.Signals(exit_code - 128).name}"
 
 
 def file_at_limit(roots: list[Path], limit: int, budget: int = 200_000) -> str | None:
