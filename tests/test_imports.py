@@ -30,14 +30,15 @@ LAYERS = {
     "commands": 1,
     "rollout": 2, "train": 2, "inspect": 2,
     "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "scripted": 3, "tasks": 3, "reward": 3,
+    "swebench_grade": 3,
     "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "local_http": 4, "": 4,
 }
 FORBIDDEN_SIDEWAYS = {
     "cli": {"testing"}, "__main__": {"testing"},
-    "scripted": {"harness", "sandbox", "proxy", "serve", "tasks", "reward"},
+    "scripted": {"harness", "sandbox", "proxy", "serve", "tasks", "reward", "swebench_grade"},
     "harness": {"proxy", "serve"},
     "serve": {"proxy", "harness"},
-    "proxy": {"harness", "tasks", "serve", "reward"},
+    "proxy": {"harness", "tasks", "serve", "reward", "swebench_grade"},
 }
 
 
