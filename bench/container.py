@@ -3,7 +3,14 @@ run through the task shell (tasks/shell.run_shell) in each sandbox, alternating,
 An episode pays it three times (setup, harness, reward); a proxy call pays nothing extra in either (the
 sandbox's loopback listener is handed to the proxy).
 
-    python bench/container.py [--image localhost/alight-test:bookworm-pytest] [--repeat 10] [--out bench/results/container.json]
+Grading time per instance: the SWE-bench-format instance the tests build (tests/container_support.py: a small
+repository at /testbed, its eval script, parse_log_pytest) graded by the official code (swebench_grade.grade: a
+fresh container, the official apply sequence, the eval script, get_eval_report) with its gold patch (resolved) and
+with a patch that applies but fixes nothing, --grade-repeat times each, median seconds. A real SWE-bench image adds
+its own eval script's time (each Verified script re-runs the project's install and its tests).
+
+    python bench/container.py [--image localhost/alight-test:bookworm-pytest] [--repeat 10] [--grade-repeat 3]
+                              [--out bench/results/container.json]
 
 The image: any image this machine's Python runs in (tests/container_support.py builds the tests' one).
 """
@@ -22,7 +29,8 @@ from pathlib import Path
 from agentlightning_cli.sandbox import SandboxSpec
 from agentlightning_cli.tasks.shell import run_shell
 
-RESULTS = Path(__file__).resolve().parent / "results" / "container.json"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "container.json"
 COMMANDS = {"true": "true", "python3 -c pass": "python3 -c pass"}
 
 
@@ -30,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--image", default="localhost/alight-test:bookworm-pytest")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--grade-repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     times: dict[str, dict[str, list[float]]] = {c: {"bwrap": [], "container": []} for c in COMMANDS}
@@ -49,11 +58,55 @@ def main() -> None:
     for name, row in rows.items():
         row["ratio"] = round(row["container"] / row["bwrap"], 1)
         print(f"{name:18} {row['bwrap']:>9} {row['container']:>13} {row['ratio']:>6}")
+    grading = grading_seconds(args.grade_repeat) if args.grade_repeat > 0 else None
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()[0]},
-              "image": args.image, "repeat": args.repeat, "median_ms": rows}
+              "image": args.image, "repeat": args.repeat, "median_ms": rows, "grading": grading}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+def grading_seconds(repeat: int) -> dict:
+    """Median seconds of the official grading of the tests' SWE-bench-format instance, per patch kind."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from agentlightning_cli.sandbox.container import runtime_path
+    from agentlightning_cli.swebench_grade import grade
+    from agentlightning_cli.tasks.load import load_tasks
+    from tests.container_support import swebench_instance
+
+    with tempfile.TemporaryDirectory(prefix="alight-bench-grade-") as tmp:
+        row, image = swebench_instance(Path(tmp))
+        (Path(tmp) / "swe.jsonl").write_text(json.dumps(row) + "\n")
+        (task,) = load_tasks(Path(tmp) / "swe.jsonl", swebench_mirror=Path(tmp) / "mirror")
+        task = task.model_copy(update={"image": image})
+        patches = {"gold": row["patch"].encode(), "no-fix": NO_FIX.encode()}
+        runtime = runtime_path("auto")
+        grade(task, patches["gold"], runtime=runtime, network=False)  # the runtime's flags probed, not timed
+        times: dict[str, list[float]] = {k: [] for k in patches}
+        verdicts: dict[str, bool] = {}
+        for _ in range(repeat):
+            for kind, patch in patches.items():
+                result = grade(task, patch, runtime=runtime, network=False)
+                assert result.detail.get("grading") == "official" and "resolved" in result.detail, result.detail
+                times[kind].append(result.duration_s)
+                verdicts[kind] = result.detail["resolved"]
+    out = {kind: {"median_s": round(statistics.median(v), 2), "resolved": verdicts[kind]} for kind, v in times.items()}
+    print(f"{'grading (official)':18} {'median s':>9} {'resolved':>9}")
+    for kind, row in out.items():
+        print(f"{kind:18} {row['median_s']:>9} {str(row['resolved']):>9}")
+    return {"instance": "tests' acme__calc-42 (pytest, 4 tests)", "repeat": repeat, "network": False, **out}
+
+
+# Applies to the instance's calc/__init__.py at its base commit and changes nothing the tests see.
+NO_FIX = """diff --git a/calc/__init__.py b/calc/__init__.py
+--- a/calc/__init__.py
++++ b/calc/__init__.py
+@@ -1 +1,2 @@
++# looked at, not fixed
+ def add(a, b):
+"""
 
 
 if __name__ == "__main__":

@@ -61,6 +61,34 @@ def image_with_project(name: str, project: Path, base: str = IMAGE, workdir: str
     return name
 
 
+def swebench_instance(tmp_path: Path) -> tuple[dict, str]:
+    """A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in
+    an image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test
+    command), log_parser parse_log_pytest, eval_type pass_and_fail. Returns the row (its gold `patch` included)
+    and the image."""
+    from tests.test_tasks_swebench import git, make_mirror
+
+    mirror_dir, line = make_mirror(tmp_path)
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(mirror_dir / "acme__calc"), str(project)], check=True)
+    git(project, "checkout", "-q", line["base_commit"])
+    (project / ".gitignore").write_text("conftest.py\n")
+    git(project, "add", ".gitignore")
+    git(project, "commit", "-qm", "ignore local conftest files")
+    base = git(project, "rev-parse", "HEAD")
+    image = image_with_project("localhost/alight-test-swe:acme-calc", project)
+    eval_script = "\n".join([
+        "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
+        f"git checkout {base} tests/test_calc.py", "git apply -v - <<'EOF_114329324912'",
+        line["test_patch"].rstrip("\n"), "EOF_114329324912", ": '>>>>> Start Test Output'",
+        "python3 -m pytest -rA -p no:cacheprovider tests/test_calc.py", ": '>>>>> End Test Output'",
+        f"git checkout {base} tests/test_calc.py", ""])
+    row = {k: v for k, v in line.items() if not k.startswith("_")}
+    row.update(base_commit=base, image=image, eval_script=eval_script, log_parser="parse_log_pytest",
+               eval_type="pass_and_fail")
+    return row, image
+
+
 def _build(suite: str, include: list[str], tarball: Path) -> None:
     assert shutil.which("debootstrap"), "debootstrap is not installed: `apt-get install debootstrap`"
     with tempfile.TemporaryDirectory(prefix="alight-rootfs-") as tmp:

@@ -21,6 +21,7 @@ from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from agentlightning_cli.tasks.shell import run_shell
 from tests import container_support as cs
 from tests import run_support as rs
+from tests.harness_support import installed
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +129,58 @@ def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(image: str, tmp_
     assert _alight_containers(tmp_path) == []
 
 
+def test_codex_runs_inside_the_image_on_the_hosts_node_through_the_proxy(image: str, tmp_path: Path) -> None:
+    """Codex's npm install runs on Node, which lies in the host's system folders: the run checks `codex --version`
+    in the image before the round (Node mounted as a single file) and its episodes work there through the real
+    proxy (Responses over SSE, translated to the scripted chat upstream)."""
+    from agentlightning_cli.scripted.harness_scripts import tool_then_finish
+
+    installed("codex")
+    tasks = _calc_tasks(tmp_path, image)
+    look = "cat /etc/alight-test-image > seen.txt; ls /root | wc -l >> seen.txt"
+    fix, leave = tool_then_finish("codex", look + "; sed -i 's/a - b/a + b/' calc.py"), tool_then_finish("codex", look)
+
+    def reply(body: dict) -> dict:
+        return (fix if "SOLVE-ME" in json.dumps(body.get("messages")) else leave)(body)
+
+    out = tmp_path / "runs" / "x"
+    with FakeVLLM(FakeScript(reply=reply, served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "codex", "--attempts", "1", "--upstream",
+                          fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces", "--json"],
+                         cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"image {image} runs codex (codex-cli " in proc.stderr  # checked once, before the round
+    by = {t["task_id"]: t for t in json.loads(proc.stdout)["tasks"]}
+    assert by["solve"]["mean_reward"] == 1.0 and by["leave"]["mean_reward"] == 0.0
+    store, episodes = rs.read_store(out)
+    try:
+        for ep in episodes:
+            seen = (out / "workspaces" / ep.id / "seen.txt").read_text().splitlines()
+            assert seen == [cs.MARK.strip(), "0"], seen  # in the image, without the host's /root
+            assert ep.outcome_detail["sandbox"]["mode"] == "container"
+            assert [c.protocol for c in store.get_calls(ep.id)][:1] == ["openai-responses"]
+    finally:
+        store.close()
+    assert _alight_containers(tmp_path) == []
+
+
+def test_the_harness_check_runs_in_each_image_and_names_what_is_missing(image: str, tmp_path: Path) -> None:
+    """Before the round the recipe's own check runs in the image with an episode's mounts; without Node (what the
+    check in the image is for: the image's /usr is not the host's) it stops with the harness, image and error."""
+    from agentlightning_cli.commands.run_checks import harness_check
+    from agentlightning_cli.sandbox.container import check_harness
+
+    recipe, inst = installed("codex")
+    argv, mounts, env = harness_check(recipe, inst)
+    assert argv[-1] == "--version" and any(p.name == "node" for p in mounts)
+    assert check_harness(runtime_path(), image, "codex", argv, mounts, env).startswith("codex-cli ")
+    without_node = [p for p in mounts if p.name != "node"]
+    with pytest.raises(AlightError) as err:
+        check_harness(runtime_path(), image, "codex", argv, without_node, env)
+    assert f"codex cannot run in the image {image}" in str(err.value) and "node" in str(err.value)
+    assert "Node for an npm install" in err.value.hint
+
+
 def test_a_run_refuses_missing_images_before_any_episode(image: str, tmp_path: Path) -> None:
     rs.ensure_mini()
     out = tmp_path / "runs" / "n"
@@ -158,8 +211,7 @@ def test_doctor_checks_the_runtime_and_the_configured_image(image: str, tmp_path
     assert not found[old]["ok"] and "GLIBC" in found[old]["detail"] and "C library" in found[old]["fix"]
 
 
-# A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in an
-# image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test command).
+# A SWE-bench-format instance built here (container_support.swebench_instance), graded by the official code.
 SWE_FIXER = rs.CALL_MODEL_ONCE + '''here = os.getcwd()
 seen = [here, str(os.path.exists("tests/test_calc.py")), str(os.path.exists("/etc/alight-test-image"))]
 open("seen.txt", "w").write("\\n".join(seen) + "\\n")
@@ -171,33 +223,9 @@ print(json.dumps({"event": "finished"}))
 '''
 
 
-def _swe_instance(tmp_path: Path) -> tuple[dict, str]:
-    from tests.test_tasks_swebench import git, make_mirror
-
-    mirror_dir, line = make_mirror(tmp_path)
-    project = tmp_path / "project"
-    subprocess.run(["git", "clone", "-q", str(mirror_dir / "acme__calc"), str(project)], check=True)
-    git(project, "checkout", "-q", line["base_commit"])
-    (project / ".gitignore").write_text("conftest.py\n")
-    git(project, "add", ".gitignore")
-    git(project, "commit", "-qm", "ignore local conftest files")
-    base = git(project, "rev-parse", "HEAD")
-    image = cs.image_with_project("localhost/alight-test-swe:acme-calc", project)
-    eval_script = "\n".join([
-        "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
-        f"git checkout {base} tests/test_calc.py", "git apply -v - <<'EOF_114329324912'",
-        line["test_patch"].rstrip("\n"), "EOF_114329324912", ": '>>>>> Start Test Output'",
-        "python3 -m pytest -rA -p no:cacheprovider tests/test_calc.py", ": '>>>>> End Test Output'",
-        f"git checkout {base} tests/test_calc.py", ""])
-    row = {k: v for k, v in line.items() if not k.startswith("_")}
-    row.update(base_commit=base, image=image, eval_script=eval_script, log_parser="parse_log_pytest",
-               eval_type="pass_and_fail")
-    return row, image
-
-
 @pytest.mark.parametrize("mode, reward", [("fix", 1.0), ("noop", 0.0), ("cheat", 0.0)])
 def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Path, mode: str, reward: float) -> None:
-    row, image = _swe_instance(tmp_path)
+    row, image = cs.swebench_instance(tmp_path)
     tasks = tmp_path / "swe.jsonl"
     tasks.write_text(json.dumps(row) + "\n")
     agent = tmp_path / f"{mode}.py"

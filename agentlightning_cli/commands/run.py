@@ -63,7 +63,7 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
 
         ensure_available()
     elif settings.sandbox == "container":  # every image checked once now, not an error per episode later
-        tasks = container_images(settings, tasks)
+        tasks = container_images(settings, tasks, recipe, installed)
     model = None
     if opts.upstream is None:
         from agentlightning_cli.serve.policy import resolve_model

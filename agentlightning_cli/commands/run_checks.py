@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,10 +118,11 @@ def swebench_environment_warning(tasks: list[Any]) -> str | None:
             "installs its environment")
 
 
-def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
+def container_images(settings: Any, tasks: list[Any], recipe: Any = None, installed: Any = None) -> list[Any]:
     """`sandbox: container`, before anything starts: every task gets its image (its own, else `container.image`),
     the runtime is found, and each distinct image is checked once (present, a container starts, this machine's
-    Python runs in it). One error naming every task without an image, or the first image that cannot run."""
+    Python runs in it, and, given the recipe and its install, the harness's own check command runs in it with
+    an episode's mounts). One error naming every task without an image, or the first image that cannot run."""
     from agentlightning_cli.sandbox import container
 
     from agentlightning_cli.tasks.swebench import published_image
@@ -147,7 +150,27 @@ def container_images(settings: Any, tasks: list[Any]) -> list[Any]:
     runtime = container.runtime_path(settings.container.runtime)
     images = list(dict.fromkeys(t.image for t in tasks))
     container.ensure_images(runtime, images, settings.container.pull)
+    harness = harness_check(recipe, installed) if recipe is not None and not installed.external else None
     for image in images:
         container.check_image(runtime, image)
+        if harness is not None:
+            version = container.check_harness(runtime, image, recipe.name, *harness)
+            print(f"alight run: image {image} runs {recipe.name} ({version or 'its check passed'})", file=sys.stderr,
+                  flush=True)
     return tasks
+
+
+def harness_check(recipe: Any, installed: Any) -> tuple[list[str], list[Path], dict[str, str]] | None:
+    """The recipe's check command, the read-only mounts an episode's container gets, and its PATH (None when the
+    recipe has no check command)."""
+    from agentlightning_cli.harness.env import harness_env
+    from agentlightning_cli.harness.install import check_argv
+    from agentlightning_cli.harness.sandboxed import planned_mounts
+    from agentlightning_cli.sandbox.paths import image_interpreters
+
+    argv = check_argv(recipe, installed)
+    if not argv:
+        return None
+    mounts = [m.path for m in planned_mounts(recipe, installed)] + image_interpreters(installed.dir)
+    return argv, mounts, {"PATH": harness_env().get("PATH", os.defpath)}
 

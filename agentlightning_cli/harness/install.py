@@ -186,13 +186,18 @@ def _run(cmd: list[str], log) -> None:
         raise AlightError(f"install step failed (exit {proc.returncode}): {' '.join(cmd)}", "see the output above")
 
 
+def check_argv(recipe: Recipe, found: Installed) -> list[str]:
+    """The recipe's check command line (empty when it has none), rendered for this install."""
+    ctx = {**dummy_context(), "install_dir": str(found.dir), "bin_dir": str(found.bin_dir), "executable": str(found.executable)}
+    return [recipe.render(part, ctx) for part in recipe.check or []]
+
+
 def verify(recipe: Recipe, found: Installed, log=lambda line: None) -> str:
     """Run the recipe's check command (e.g. `--version`); returns its first output line."""
     if not recipe.check:
         log("check: none (the recipe has no check command)")
         return ""
-    ctx = {**dummy_context(), "install_dir": str(found.dir), "bin_dir": str(found.bin_dir), "executable": str(found.executable)}
-    argv = [recipe.render(part, ctx) for part in recipe.check]
+    argv = check_argv(recipe, found)
     env = harness_env()
     with tempfile.TemporaryDirectory(prefix="alight-check-") as home:
         env["HOME"] = home  # the check must not write into the user's real home (first-run files)

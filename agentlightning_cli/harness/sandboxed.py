@@ -23,7 +23,7 @@ from agentlightning_cli.harness.install import Installed
 from agentlightning_cli.harness.recipe import Recipe
 from agentlightning_cli.sandbox import ContainerSandbox, Sandbox, SandboxSpec, choice, ensure_available, open_sandbox
 from agentlightning_cli.sandbox.exposure import Mount
-from agentlightning_cli.sandbox.paths import program_roots, runtime_roots
+from agentlightning_cli.sandbox.paths import image_interpreters, program_roots, runtime_roots
 from agentlightning_cli.sandbox.relay import Relay
 
 LOOPBACK = {"127.0.0.1", "localhost"}
@@ -105,6 +105,8 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
         socket_path = relay.path
     private = [Path(spec.workspace), episode_dir, tmpdir]
     read_only = [m.path for m in harness_mounts(recipe, installed, argv, path, private)]
+    if mode == "container" and not installed.external:  # the image's /usr is not the host's
+        read_only += image_interpreters(installed.dir)
     # The proxy's listener inbox, when it gave one: the sandbox hands it its loopback listener.
     inbox = Path(spec.proxy_listeners) if spec.proxy_listeners and relay is None else None
     box_spec = SandboxSpec(writable=private, read_only=read_only,

@@ -136,6 +136,33 @@ def check_image(runtime: str, image: str) -> None:
             "same or a newer Debian/Ubuntu release); rebuild the image on a newer base, or use `--sandbox bwrap`")
 
 
+def check_harness(runtime: str, image: str, name: str, argv: list[str], read_only: list[Path],
+                  env: Mapping[str, str]) -> str:
+    """Once per image, before the round: the harness's own check command (`--version`, `--help`) run in a
+    container from `image` with the mounts an episode gets (`read_only`: its install, its interpreters) and the
+    episode's PATH, no network. Returns its first output line; AlightError with the fix when the image cannot run
+    the harness (a missing interpreter or library, an older C library), instead of a failure per episode."""
+    flags = runtime_args(runtime, image)
+    args = [runtime, *flags, "run", "--rm", "--pull", "never", "--network", "none", *ulimit_args(),
+            "--tmpfs", "/tmp:rw", "-w", "/tmp", "-e", "HOME=/tmp"]
+    for path in bwrap.outermost(read_only):
+        args += ["-v", f"{path}:{path}:ro"]
+    for key in sorted(env):
+        args += ["-e", f"{key}={env[key]}"]
+    proc = subprocess.run([*args, "--entrypoint", argv[0], image, *argv[1:]], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise AlightError(
+            f"{name} cannot run in the image {image}: `{' '.join(argv)}` exited {proc.returncode}: "
+            f"{_last_line(proc.stderr or proc.stdout)}",
+            "the harness runs inside the container from its host install (mounted read-only at the same path) and "
+            "its interpreters (a Python outside the system folders, Node for an npm install); the image must supply "
+            "what they link against (a C library at least as new as this machine's, libstdc++ for Node): use an "
+            "image on the same or a newer Debian/Ubuntu release, or `--sandbox bwrap`")
+    lines = [line for line in (proc.stdout or proc.stderr).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
 def copy_out(runtime: str, image: str, path: str, dest: Path) -> None:
     """The contents of `path` in `image` copied into the folder `dest` (an episode's workspace made from the
     image's own project, built artifacts included). AlightError naming the image and path when it fails."""
@@ -190,7 +217,9 @@ class ContainerSandbox:
     def command(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> list[str]:
         spec = self.spec
         python, prefix = bwrap.forwarder_python()
-        args = [self.runtime, *self.flags, "run", "--pull", "never", "--name", self.name, "--hostname", "alight-episode",
+        # -i: the command's stdin is the client's (a recipe's `stdin:` file; Codex reads its prompt there).
+        args = [self.runtime, *self.flags, "run", "-i", "--pull", "never", "--name", self.name,
+                "--hostname", "alight-episode",
                 "--network", "host" if spec.network else "none", *ulimit_args(),
                 "--pids-limit", str(spec.limits.processes + 1),
                 "--memory", f"{2 * spec.limits.memory_mb}m", "--memory-swap", f"{2 * spec.limits.memory_mb}m",

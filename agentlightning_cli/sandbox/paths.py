@@ -42,6 +42,19 @@ def runtime_roots(install_dir: Path) -> list[Path]:
     return _outside_system(roots)
 
 
+def image_interpreters(install_dir: Path) -> list[Path]:
+    """What a harness install runs on that lies in the system folders, which a container takes from its image, not
+    the host: Node for an npm install (its launcher's `#!/usr/bin/env node`), mounted as the single file where
+    the host has it so the image's own `env` finds it. A Python install's interpreter lies outside the system
+    folders (runtime_roots mounts it); a system Python's standard library would not follow a single file, so
+    such an install is left to the check in the image, which names it."""
+    install_dir = Path(install_dir)
+    if not (install_dir / "node_modules").is_dir():
+        return []
+    node = shutil.which("node")
+    return [Path(node)] if node else []
+
+
 def program_roots(argv: list[str], path: str | None, private: list[Path] = ()) -> list[Path]:
     """What an external recipe's command line needs to see: argv[0] (as found on `path` when it is a bare name),
     its interpreter chain, and every other argument that is the full path of an existing file, each file alone.
