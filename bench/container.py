@@ -3,6 +3,10 @@ run through the task shell (tasks/shell.run_shell) in each sandbox, alternating,
 An episode pays it three times (setup, harness, reward); a proxy call pays nothing extra in either (the
 sandbox's loopback listener is handed to the proxy).
 
+Added time per proxy call: the same client as bench/sandbox.py (sequential ~1 KB chat requests, keep-alive, to
+the real proxy in front of the scripted upstream) inside a container (the default path: the forwarder hands the
+container's loopback listener to the proxy), inside bubblewrap, and directly on the host, interleaved per round.
+
 Grading time per instance: the SWE-bench-format instance the tests build (tests/container_support.py: a small
 repository at /testbed, its eval script, parse_log_pytest) graded by the official code (swebench_grade.grade: a
 fresh container, the official apply sequence, the eval script, get_eval_report) with its gold patch (resolved) and
@@ -18,6 +22,7 @@ The image: any image this machine's Python runs in (tests/container_support.py b
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -39,6 +44,8 @@ def main() -> None:
     ap.add_argument("--image", default="localhost/alight-test:bookworm-pytest")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--grade-repeat", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=300, help="proxy calls per client per round")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     times: dict[str, dict[str, list[float]]] = {c: {"bwrap": [], "container": []} for c in COMMANDS}
@@ -58,12 +65,64 @@ def main() -> None:
     for name, row in rows.items():
         row["ratio"] = round(row["container"] / row["bwrap"], 1)
         print(f"{name:18} {row['bwrap']:>9} {row['container']:>13} {row['ratio']:>6}")
+    calls = asyncio.run(proxy_calls(args.image, args.calls, args.rounds)) if args.calls > 0 else None
     grading = grading_seconds(args.grade_repeat) if args.grade_repeat > 0 else None
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()[0]},
-              "image": args.image, "repeat": args.repeat, "median_ms": rows, "grading": grading}
+              "image": args.image, "repeat": args.repeat, "median_ms": rows, "proxy_call": calls,
+              "grading": grading}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+async def proxy_calls(image: str, calls: int, rounds: int) -> dict:
+    """Median ms per proxy call from inside a container, inside bubblewrap and from the host, interleaved."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    import importlib.util
+
+    from agentlightning_cli.sandbox import Sandbox, SandboxSpec
+    from agentlightning_cli.sandbox.bwrap import forwarder_python
+    from agentlightning_cli.sandbox.container import ContainerSandbox
+    from agentlightning_cli.testing.proxy_env import start_env, stop_env
+
+    loaded = importlib.util.spec_from_file_location("bench_sandbox", ROOT / "bench" / "sandbox.py")
+    bench_sandbox = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(bench_sandbox)
+    work = Path(tempfile.mkdtemp(prefix="alight-bench-container-calls-"))
+    env = await start_env(work)
+    python, prefix = forwarder_python()
+    client = work / "client.py"
+    client.write_text(bench_sandbox.CLIENT)
+    port = int(env.proxy.base_url.rsplit(":", 1)[1])
+    episode, key = env.episode()
+    argv = [python, "-I", str(client), str(port), f"/e/{episode}/v1/chat/completions", key, str(calls)]
+    times: dict[str, list[float]] = {"container": [], "bwrap": [], "host": []}
+    try:
+        for _ in range(rounds):
+            for kind in times:
+                spec = SandboxSpec(writable=[work], read_only=[prefix], proxy_port=port,
+                                   proxy_listeners=Path(env.proxy.listeners_path),
+                                   image=image if kind == "container" else None)
+                box = ContainerSandbox(spec) if kind == "container" else Sandbox(spec) if kind == "bwrap" else None
+                command = box.command(argv, work) if box else [*argv, str(os.getpid())]
+                proc = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
+                                                            **(box.popen_kwargs() if box else {}))
+                if box:
+                    box.started(proc.pid)
+                out = (await proc.communicate())[0]
+                if box:
+                    box.close()
+                times[kind] += json.loads(out)["times"][0]
+    finally:
+        await stop_env(env)
+    ms = {k: round(statistics.median(v) * 1000, 3) for k, v in times.items()}
+    out = {"median_ms_per_call": ms, "added_ms_container": round(ms["container"] - ms["host"], 3),
+           "added_ms_bwrap": round(ms["bwrap"] - ms["host"], 3), "calls": calls, "rounds": rounds}
+    print(f"{'proxy call (median)':18} {'host ms':>9} {'bwrap ms':>9} {'container ms':>13}")
+    print(f"{'':18} {ms['host']:>9} {ms['bwrap']:>9} {ms['container']:>13}")
+    return out
 
 
 def grading_seconds(repeat: int) -> dict:
@@ -79,7 +138,7 @@ def grading_seconds(repeat: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="alight-bench-grade-") as tmp:
         row, image = swebench_instance(Path(tmp))
         (Path(tmp) / "swe.jsonl").write_text(json.dumps(row) + "\n")
-        (task,) = load_tasks(Path(tmp) / "swe.jsonl", swebench_mirror=Path(tmp) / "mirror")
+        (task,) = load_tasks(Path(tmp) / "swe.jsonl")
         task = task.model_copy(update={"image": image})
         patches = {"gold": row["patch"].encode(), "no-fix": NO_FIX.encode()}
         runtime = runtime_path("auto")

@@ -12,7 +12,7 @@ rollout / training / swap, trainer tokens/s, clip fraction, importance-weight st
 merge into one row (prefix breaks per 100 calls by kind, on this real traffic); a table on stdout and
 bench/results/learn.json.
 
-    python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5]
+    python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5] [--temperature T]
                           [--epochs N] [--batch-size N] [--grad-accum N]
                           [--tasks N] [--heldout-tasks N] [--arms learn,control] [--control-rounds N]
                           [--out FILE] [--report WORK_DIR]
@@ -180,6 +180,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None, help="train.batch_size (default: the setting's)")
     ap.add_argument("--grad-accum", type=int, default=None, help="train.grad_accum (default: the setting's)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="the policy's sampling temperature for every run of both arms and the held-out evaluations "
+                         "(proxy.sampling.temperature; default: the recipe's 0.7)")
     ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
     ap.add_argument("--arms", default="learn,control")
@@ -203,6 +206,8 @@ def main() -> None:
     base_env.update({"ALIGHT_RUNS_DIR": str(work / "runs"), "PYTHONPATH": str(ROOT)})
     if os.environ.get("ALIGHT_HOME"):
         base_env["ALIGHT_HOME"] = os.environ["ALIGHT_HOME"]
+    if args.temperature is not None:
+        base_env["ALIGHT_PROXY__SAMPLING__TEMPERATURE"] = str(args.temperature)
     common = ["--harness", HARNESS, "--model", "smollm2", "--seed", str(args.seed), "--concurrency",
               str(args.concurrency)]
     train_ids = ",".join(task_ids(TRAIN, args.tasks))

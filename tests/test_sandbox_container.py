@@ -240,6 +240,7 @@ def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["statuses"] == {"done": 1} and summary["tasks"][0]["mean_reward"] == reward, summary
+    assert any("grading ran without the network" in note for note in summary["notes"]), summary["notes"]
     store, (ep,) = rs.read_store(out)
     try:
         detail = ep.reward_detail

@@ -41,6 +41,12 @@ class VLLMDied(AlightError):
     pass
 
 
+def grading_offline(settings: Settings, tasks: list) -> bool:
+    """The run graded SWE-bench rows officially, with the network withheld from the grading containers."""
+    return (settings.sandbox == "container" and not settings.container.grading_network
+            and any(t.swebench is not None and t.swebench.gradable for t in tasks))
+
+
 def default_name(opts: RunOptions, recipe_name: str) -> str:
     """Deterministic, so the same command run again resumes the same run."""
     return f"{Path(opts.task_set).stem}-{recipe_name}"
@@ -114,6 +120,9 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
             store.close()
     if environment_warning:
         summary.notes.append(environment_warning)
+    if grading_offline(settings, tasks):
+        summary.notes.append("SWE-bench grading ran without the network (container.grading_network: false), unlike "
+                             "the official containers: an eval script that reinstalls its project can fail there")
     if exposed:
         summary.notes.append(f"{OVERRIDE_FLAG} was used: the sandbox showed the agent {len(exposed)} protected "
                              f"path(s) ({'; '.join(exposed)}), so its rewards may not measure what they should")
