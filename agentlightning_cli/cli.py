@@ -269,7 +269,7 @@ def run_command(
     attempts: Annotated[int, typer.Option(help="Episodes per task (the GRPO group size).")] = 4,
     concurrency: Annotated[int, typer.Option(help="Episodes running at once.")] = 2,
     model: Annotated[Optional[Path], typer.Option(help="Local HF model directory for vLLM (default: the embedded tiny model).")] = None,
-    upstream: Annotated[Optional[str], typer.Option(help="Use this OpenAI-compatible server instead of starting vLLM.")] = None,
+    upstream: Annotated[Optional[list[str]], typer.Option(help="Use this OpenAI-compatible server instead of starting vLLM. Repeat it for several servers of the same model: each episode stays on one (its prefix cache), a new one goes to the least busy, a server that fails is taken out and its episodes move at their next call.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: runs_dir/NAME).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name under runs_dir (default: <task set>-<harness>).")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per episode for the harness (default: the task's, else the recipe's).")] = None,
@@ -292,8 +292,8 @@ def run_command(
 
     opts = RunOptions(
         task_set=task_set, harness=harness, attempts=attempts, concurrency=concurrency, model=model,
-        upstream=upstream, out=out, name=name, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens,
-        max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
+        upstream=upstream or None, out=out, name=name, timeout_s=timeout, max_calls=max_calls,
+        max_tokens=max_tokens, max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
         sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose)

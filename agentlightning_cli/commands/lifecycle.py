@@ -89,7 +89,7 @@ def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None,
 
 
 @asynccontextmanager
-async def proxy_running(store: "Store", upstream_url: str, proxy_settings: ProxySettings, *, policy: str | None = "policy-r0",
+async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_settings: ProxySettings, *, policy: str | None = "policy-r0",
                         ad_hoc: bool = False, ad_hoc_scope: tuple[str | None, str | None] | None = None,
                         on_budget_exceeded: Callable[[str, str], None] | None = None) -> AsyncIterator["Proxy"]:
     """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit."""
@@ -146,7 +146,7 @@ def raise_if_interrupted(caught: list[int]) -> None:
         raise KeyboardInterrupt
 
 
-async def serve_proxy(store: "Store", upstream_url: str, proxy_settings: ProxySettings, *, name: str,
+async def serve_proxy(store: "Store", upstream_url: str | list[str], proxy_settings: ProxySettings, *, name: str,
                       banner: Callable[["Proxy"], str], stop: asyncio.Event | None = None,
                       on_ready: Callable[["Proxy"], None] | None = None, **proxy_kwargs: Any) -> None:
     """Start the proxy, print the banner, serve until stopped, drain, stop. Ctrl-C ends in KeyboardInterrupt

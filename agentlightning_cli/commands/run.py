@@ -98,9 +98,9 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         print(f"alight run: WARNING: {OVERRIDE_FLAG}: the agent can read {line}", file=sys.stderr, flush=True)
     probe = None
     if opts.upstream is not None:
-        from agentlightning_cli.commands.run_upstream import probe_upstream
+        from agentlightning_cli.commands.run_upstream import probe_upstreams
 
-        probe = probe_upstream(opts.upstream)
+        probe = probe_upstreams(opts.upstream)
         settings.proxy.sampling.token_ids = probe.token_ids
     run_dir.mkdir(parents=True, exist_ok=True)
     with stale.RunLock(run_dir):
@@ -209,14 +209,15 @@ def _summary(store: Store, run_id: str, round_id: str, opts: RunOptions, probe: 
     notes = []
     trainable = probe is None or probe.token_ids
     if not trainable:
-        notes.append(f"this run cannot be trained on: the upstream {opts.upstream} rejects token ids and logprobs, "
+        notes.append(f"this run cannot be trained on: the upstream {', '.join(opts.upstream)} rejects token ids and logprobs, "
                      "so its calls were recorded without them")
     return summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes,
                      order=task_ids)
 
 
 async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_context: Callable[..., RunContext],
-                       tasks: list[Task], upstream_url: str, policy: PolicyServer | None, policy_name: str | None,
+                       tasks: list[Task], upstream_url: str | list[str], policy: PolicyServer | None,
+                       policy_name: str | None,
                        probe: Probe | None,
                        model: Path | None = None) -> RoundSummary:
     from agentlightning_cli.commands.run_rounds import run_rounds
@@ -246,10 +247,24 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
             raise KeyboardInterrupt
         round_id, notes = work.result()  # re-raises a failure of the rounds themselves
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
+        if len(proxy.upstream_urls) > 1:
+            notes.append(servers_note(proxy.session.report()))
     summary = _summary(store, shared.run_id, round_id, opts, probe, [t.id for t in tasks])
     summary.round = store.get_round(round_id).index
     summary.notes = notes + summary.notes
     return summary
+
+
+def servers_note(report: list[dict]) -> str:
+    """The calls each upstream server took, and the ones taken out of service (why)."""
+    parts = []
+    for server in report:
+        text = f"{server['url']} {server['calls']} call(s)"
+        if server["failures"]:
+            text += (f", taken out of service {server['failures']} time(s) ({server['why']})"
+                     + ("" if server["in_service"] else ", still out"))
+        parts.append(text)
+    return f"{len(report)} upstream servers, each episode kept on one: " + "; ".join(parts)
 
 
 def _run_loop(main: Any) -> Any:

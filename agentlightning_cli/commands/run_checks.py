@@ -26,7 +26,8 @@ class RunOptions:
     attempts: int = 4
     concurrency: int = 2
     model: Path | None = None
-    upstream: str | None = None
+    upstream: list[str] | None = None
+    """--upstream servers (one or more, the same model), instead of starting vLLM."""
     out: Path | None = None
     name: str | None = None
     timeout_s: float | None = None

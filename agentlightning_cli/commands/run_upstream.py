@@ -1,4 +1,5 @@
-"""`alight run --upstream URL`: probe the server once before the run, so its answers can be planned for.
+"""`alight run --upstream URL [--upstream URL ...]`: probe each server once before the run, so its answers can be
+planned for; several servers must serve the same model (the proxy keeps each episode on one of them).
 
 Asks GET /v1/models for the model to use (proxy/probe.py), then one tiny chat completion with `return_token_ids` and
 `logprobs`. A server that rejects those (hosted OpenAI-compatible APIs answer 400) still works, but the proxy
@@ -62,3 +63,25 @@ def probe_upstream(url: str) -> Probe:
         status, text = status2, text2
     raise AlightError(f"--upstream {url}: a test chat completion with model {model!r} answered {status}: {text[:300]}",
                       "check the server's log")
+
+
+def probe_upstreams(urls: list[str]) -> Probe:
+    """probe_upstream for each server; one Probe for all (token ids only when every server answers them).
+    AlightError when they serve different models or one appears twice."""
+    from agentlightning_cli.proxy.probe import server_root
+
+    roots = [server_root(u) for u in urls]
+    twice = sorted({r for r in roots if roots.count(r) > 1})
+    if twice:
+        raise AlightError(f"--upstream names the same server more than once: {', '.join(twice)}",
+                          "give each server once")
+    probes = [probe_upstream(u) for u in urls]
+    differ = [f"{p.root} serves {p.model!r}" for p in probes if p.model != probes[0].model]
+    if differ:
+        raise AlightError(f"the --upstream servers serve different models ({probes[0].root} serves "
+                          f"{probes[0].model!r}; {'; '.join(differ)})",
+                          "start every server with the same model: the proxy sends each episode to one of them")
+    without = [p for p in probes if not p.token_ids]
+    if without:
+        return Probe(probes[0].root, probes[0].model, False, f"{without[0].root}: {without[0].why}")
+    return probes[0]

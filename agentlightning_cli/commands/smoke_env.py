@@ -40,7 +40,7 @@ class ProxyEnv:
     script: FakeScript | None = None
     """The scripted model; no fake is started when `upstream_url` points at a real server."""
     proxy_settings: ProxySettings | None = None
-    upstream_url: str | None = None
+    upstream_url: str | list[str] | None = None
     policy: str = POLICY
     ad_hoc: bool = False
     store: Store = None  # type: ignore[assignment]

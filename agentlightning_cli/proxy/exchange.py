@@ -16,7 +16,8 @@ from agentlightning_cli.proxy.control import Budgets, Gate, ModelPolicy
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.http_server import Request, Response, StreamWriter
 from agentlightning_cli.proxy.recorder import Recorder
-from agentlightning_cli.proxy.upstream import UpstreamPool, UpstreamResponse
+from agentlightning_cli.proxy.routing import UpstreamRouter
+from agentlightning_cli.proxy.upstream import UPSTREAM_DOWN, UpstreamResponse
 from agentlightning_cli.store import CallRecord
 
 log = logging.getLogger("alight.proxy")
@@ -24,7 +25,6 @@ JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 _HIDDEN_HEADERS = ("authorization", "x-api-key")
 # Connection refused or reset, a broken or malformed answer (UpstreamBroken), a connect timeout.
-UPSTREAM_DOWN = (OSError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class Collaborators:
     gate: Gate
     budgets: Budgets
     recorder: Recorder
-    upstream: UpstreamPool
+    upstream: UpstreamRouter
     policy: ModelPolicy
 
 
@@ -98,7 +98,7 @@ class Exchange:
         """POST to vLLM; an unreachable upstream becomes a 502 recorded as `unreachable`."""
         self.fields["upstream_request"] = body
         try:
-            return await self.parts.upstream.post(path, body)
+            return await self.parts.upstream.post(path, body, episode_id=self.episode_id)
         except UPSTREAM_DOWN as exc:
             raise ProxyReject(502, f"alight: upstream model server unreachable: {exc or type(exc).__name__}",
                               "unreachable") from exc

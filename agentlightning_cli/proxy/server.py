@@ -30,7 +30,7 @@ from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET, ListenerIn
 from agentlightning_cli.proxy.probe import server_root
 from agentlightning_cli.proxy.recorder import Recorder
 from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
-from agentlightning_cli.proxy.upstream import UpstreamPool
+from agentlightning_cli.proxy.routing import UpstreamRouter
 from agentlightning_cli.store import Store
 
 log = logging.getLogger("alight.proxy")
@@ -57,14 +57,17 @@ def _json(status: int, body: bytes) -> Response:
 
 
 class Proxy:
-    def __init__(self, store: Store, upstream_url: str, settings: ProxySettings, policy: str | None = "policy-r0",
+    def __init__(self, store: Store, upstream_url: str | list[str], settings: ProxySettings, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256,
                  ad_hoc_scope: tuple[str | None, str | None] = (None, None)):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
         self.ad_hoc_scope = ad_hoc_scope
         # The server root: `--upstream http://host:8000/v1` (the base URL OpenAI clients print) works too.
-        self.upstream_url = server_root(upstream_url)
+        # Several servers: each episode stays on one (proxy/routing.py).
+        urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
+        self.upstream_urls = [server_root(u) for u in urls]
+        self.upstream_url = ", ".join(self.upstream_urls)
         self.model_policy = ModelPolicy(policy, settings.model_aliases, settings.sampling)
         self.gate = Gate()
         self.budgets = Budgets(settings.budgets)
@@ -81,7 +84,7 @@ class Proxy:
         self._create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._server: HTTPServer | None = None
-        self.session: UpstreamPool | None = None  # made in start(), on the loop
+        self.session: UpstreamRouter | None = None  # made in start(), on the loop
         self._parts: Collaborators | None = None
 
     @property
@@ -102,7 +105,7 @@ class Proxy:
         port = self.settings.port if port is None else port
         # No Accept-Encoding, no cookies, no redirects: vLLM does not compress, and what one episode's
         # answer sets must never ride along on another's request.
-        self.session = UpstreamPool(self.upstream_url, limit=self._connections, connect_timeout=30)
+        self.session = UpstreamRouter(self.upstream_urls, limit=self._connections, connect_timeout=30)
         self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
         server = HTTPServer(self._handle, self.settings.max_body_bytes)

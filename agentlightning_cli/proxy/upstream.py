@@ -25,6 +25,10 @@ class UpstreamBroken(ConnectionError):
     """The upstream closed the connection or sent something that is not HTTP."""
 
 
+UPSTREAM_DOWN = (OSError, asyncio.TimeoutError)
+"""What a request to an upstream that is not there (refused, reset, closed, timed out) raises."""
+
+
 class UpstreamPool:
     def __init__(self, base_url: str, limit: int = 256, connect_timeout: float = 30.0):
         parts = urlsplit(base_url)
@@ -41,12 +45,15 @@ class UpstreamPool:
         self._busy: set[_UpstreamConnection] = set()
         self._slots = asyncio.Semaphore(limit)
         self._closed = False
+        self.in_flight = 0
+        """Requests sent and not yet given back (their answer still being read): the router's load measure."""
 
     async def post(self, path: str, body: bytes, content_type: str = "application/json") -> "UpstreamResponse":
         """Send the request; return once the status line and headers are in (the body follows)."""
         head = b"POST %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
             self.prefix, path.encode(), self._host_line, content_type.encode(), len(body))
         await self._slots.acquire()
+        self.in_flight += 1
         try:
             while True:
                 conn, reused = await self._connection()
@@ -61,6 +68,7 @@ class UpstreamPool:
                     raise
                 return UpstreamResponse(self, conn)
         except BaseException:
+            self.in_flight -= 1
             self._slots.release()
             raise
 
@@ -85,6 +93,7 @@ class UpstreamPool:
             self._idle.append(conn)
         else:
             conn.close()
+        self.in_flight -= 1
         self._slots.release()
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ from agentlightning_cli.scripted.fake_vllm import FakeScript
 __all__ = ["POLICY", "SMOKE_PROMPT", "ProxyEnv", "SmokeEnvironment", "post", "start_env", "stop_env"]
 
 
-async def start_env(tmp_path: Path, script: FakeScript | None = None, upstream: str | None = None,
+async def start_env(tmp_path: Path, script: FakeScript | None = None, upstream: str | list[str] | None = None,
                     ad_hoc: bool = False, **settings: Any) -> ProxyEnv:
     env = ProxyEnv(tmp_path / "run", script, ProxySettings(**settings), upstream_url=upstream, ad_hoc=ad_hoc)
     return await env.__aenter__()
