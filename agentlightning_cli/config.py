@@ -52,7 +52,12 @@ class ServeSettings(Section):
     tensor_parallel_size: int | None = None
     devices: list[int] = Field(default_factory=list)
     """GPUs vLLM runs on, counted among those alight may see (CUDA_VISIBLE_DEVICES narrows them); empty: the
-    first serve.tensor_parallel_size of them (serve/gpu_plan.py)."""
+    first serve.replicas x serve.tensor_parallel_size of them (serve/gpu_plan.py)."""
+    replicas: int = Field(default=1, ge=1)
+    """vLLM servers a run starts (`alight run`, `alight serve`), each with its own port, log (logs/vllm-N.log)
+    and an even share of serve.devices; the proxy keeps each episode on one and sends new ones to the least busy
+    (proxy/routing.py); a round's adapter is loaded on every running replica before the policy switches. More
+    than one pays where one server cannot use all the GPUs (a model that fits one GPU, several GPUs)."""
     sleep_between_rounds: Literal["auto", "on", "off"] = "auto"
     """vLLM's sleep mode while training runs between rounds (level 1: weights offloaded to CPU memory, KV cache
     dropped, LoRA buffers kept; it wakes before the new adapter is loaded). `auto`: on when vLLM and training

@@ -18,7 +18,7 @@ from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.rollout.episode import RunContext
 from agentlightning_cli.rollout.sources import SourceCache
 from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
-from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
+from agentlightning_cli.serve.adapters import make_adapter
 from agentlightning_cli.serve.policy import PolicyServer
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.serve.vllm import build_command, server_env
@@ -34,7 +34,6 @@ def policy_on(fake: FakeVLLM, settings, run_dir: Path, tiny: Path) -> PolicyServ
     """A PolicyServer whose vLLM is the scripted upstream (started elsewhere), serving the zero adapter."""
     policy = PolicyServer(settings, run_dir, tiny)
     policy.vllm.port = fake.port
-    policy.adapters = AdapterClient(fake.url)
     policy.load(0, make_adapter(tiny, policy.adapter_dir(0), rank=8))
     return policy
 

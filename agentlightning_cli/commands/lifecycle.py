@@ -81,9 +81,12 @@ def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None,
     rounds train between them (the GPU plan places the trainer too)."""
     from agentlightning_cli.serve.policy import PolicyServer
 
-    print(f"starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})", file=sys.stderr, flush=True)
+    replicas = settings.serve.replicas
+    print(f"starting vLLM (log: {run_dir / 'logs' / 'vllm.log'})" if replicas == 1 else
+          f"starting {replicas} vLLM replicas (logs: {run_dir / 'logs'}/vllm.log, vllm-1.log, ...)",
+          file=sys.stderr, flush=True)
     with interrupt_on_term(), PolicyServer(settings, run_dir, model, trains=trains) as policy:
-        log.info("vLLM ready at %s serving %s as %s", policy.base_url, policy.model, policy.policy)
+        log.info("vLLM ready at %s serving %s as %s", ", ".join(policy.base_urls), policy.model, policy.policy)
         yield policy
         log.info("stopping vLLM")
 

@@ -175,7 +175,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
                                              probe.model, probe))
         else:
             with lifecycle.vllm_upstream(settings, run_dir, model, trains=opts.rounds > 1) as policy:
-                summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_url, policy,
+                summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_urls, policy,
                                                  policy.policy, probe, model))
         status = "done"
         return summary
@@ -279,16 +279,24 @@ def _run_loop(main: Any) -> Any:
 
 
 async def _watch_vllm(policy: PolicyServer) -> None:
-    """Returns (raising) only if vLLM exits while the round runs: the run stops with a clear error."""
+    """Returns (raising) only if vLLM exits while the round runs (with serve.replicas, the last one): the run stops
+    with a clear error. A replica that exits while others run is said once; the proxy takes it out of service."""
+    said: set[int] = set()
     while True:
         await asyncio.sleep(VLLM_POLL_S)
-        proc = policy.vllm.process
-        code = proc.poll() if proc is not None else None
-        if code is not None:
-            tail = policy.vllm.log_tail(10) if hasattr(policy.vllm, "log_tail") else ""
+        ended = [(i, s, s.process.poll()) for i, s in enumerate(policy.servers) if s.process is not None]
+        ended = [(i, s, code) for i, s, code in ended if code is not None]
+        if ended and len(ended) == len(policy.servers):
+            _, server, code = ended[-1]
+            tail = server.log_tail(10) if hasattr(server, "log_tail") else ""
             raise VLLMDied(f"vLLM exited with code {code} in the middle of the run; episodes that ended are kept\n"
-                           f"--- last lines of {policy.run_dir / 'logs' / 'vllm.log'} ---\n{tail}",
+                           f"--- last lines of {server.log_path} ---\n{tail}",
                            "rerun the same command to resume once the cause is fixed")
+        for i, server, code in ended:
+            if i not in said:
+                said.add(i)
+                print(f"alight run: vLLM replica {i} ({server.base_url}) exited with code {code}; the others go on "
+                      f"(its log: {server.log_path})", file=sys.stderr, flush=True)
 
 
 def run_and_report(opts: RunOptions, as_json: bool) -> None:

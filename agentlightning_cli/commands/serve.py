@@ -36,10 +36,10 @@ async def run_proxy(settings: Settings, policy: PolicyServer, store: Store, run:
     """Serve until `stop` is set (or a stop signal when none is given); `on_ready(proxy)` once listening."""
 
     def text(proxy: Proxy) -> str:
-        return banner.render(proxy.base_url, policy.base_url, str(policy.model), str(run_dir.resolve()), run.name,
+        return banner.render(proxy.base_url, ", ".join(policy.base_urls), str(policy.model), str(run_dir.resolve()), run.name,
                              policy.policy)
 
-    await lifecycle.serve_proxy(store, policy.base_url, settings.proxy, name="alight serve", banner=text, stop=stop,
+    await lifecycle.serve_proxy(store, policy.base_urls, settings.proxy, name="alight serve", banner=text, stop=stop,
                                 on_ready=on_ready, policy=policy.policy, ad_hoc=True, ad_hoc_scope=(run.id, round_id))
 
 

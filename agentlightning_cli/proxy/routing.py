@@ -7,8 +7,8 @@
 - A server whose connection fails (refused, reset, no answer within the connect timeout) is taken out of service:
   the failing call is answered and recorded as `unreachable` like any unreachable upstream (never retried
   elsewhere behind the harness's back: the recorded call is exactly what the harness saw), its episodes lose their
-  place and go to another server at their next call, and it is tried again for new work after
-  `retry_after_s` (a restarted server comes back on its own). With every server out, calls still go to the
+  place and go to another server at their next call, and it may take new work again after `retry_after_s`
+  (a restarted server comes back on its own, in service again once a call gets through). With every server out, calls still go to the
   least recently failed one, so an outage ends as soon as one answers.
 
 One server is the common case and costs one dictionary lookup per call.
@@ -54,10 +54,8 @@ class UpstreamRouter:
         if server is not None and server.down_since is None:
             return server
         now = time.monotonic()
-        for s in self.servers:  # back in service after a while: a restarted server takes new work again
-            if s.down_since is not None and now - s.down_since >= self.retry_after_s:
-                s.down_since = None
-        live = [s for s in self.servers if s.down_since is None]
+        # Out of service for retry_after_s: may take new work again (back in service once a call gets through).
+        live = [s for s in self.servers if s.down_since is None or now - s.down_since >= self.retry_after_s]
         if live:
             chosen = min(live, key=lambda s: (s.pool.in_flight, len(s.episodes)))
         else:
@@ -74,11 +72,13 @@ class UpstreamRouter:
         server = self.server_for(episode_id)
         server.calls += 1
         try:
-            return await server.pool.post(path, body, content_type)
+            response = await server.pool.post(path, body, content_type)
         except UPSTREAM_DOWN as exc:
             if len(self.servers) > 1:
                 self.take_out(server, f"{type(exc).__name__}: {exc}")
             raise
+        server.down_since = None  # answered: in service (again)
+        return response
 
     def take_out(self, server: Server, why: str) -> None:
         """Out of service; its episodes move at their next call."""

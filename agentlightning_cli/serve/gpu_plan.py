@@ -98,7 +98,12 @@ def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool) -> GpuP
         return [gpus[n] for n in numbers]
 
     tp = serve.tensor_parallel_size or 1
-    vllm_gpus = pick(list(serve.devices), "serve.devices") if serve.devices else gpus[:tp]
+    replicas = getattr(serve, "replicas", 1) or 1
+    vllm_gpus = pick(list(serve.devices), "serve.devices") if serve.devices else gpus[:tp * replicas]
+    if len(vllm_gpus) < tp * replicas:
+        raise AlightError(f"serve.replicas {replicas} x serve.tensor_parallel_size {tp} needs {tp * replicas} GPU(s) "
+                          f"for vLLM; it has {len(vllm_gpus)}",
+                          "lower serve.replicas or serve.tensor_parallel_size, or give serve.devices more GPUs")
     if train.devices:
         trainer = pick(list(train.devices), "train.devices")[0]
     else:

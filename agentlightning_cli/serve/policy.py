@@ -84,14 +84,27 @@ class PolicyServer:
         self.gpu_plan = None  # serve/gpu_plan.GpuPlan once started
         self.run_dir = Path(run_dir)
         self.model = resolve_model(settings, model)
-        self.vllm = VLLMServer(self.model, settings.serve, self.run_dir / "logs" / "vllm.log", port=port)
-        self.adapters: AdapterClient | None = None
+        replicas = max(1, settings.serve.replicas)
+        logs = self.run_dir / "logs"
+        # serve.replicas: one vLLM server each (its own port, log and GPUs); the proxy keeps an episode on one.
+        self.servers = [VLLMServer(self.model, settings.serve, logs / ("vllm.log" if i == 0 else f"vllm-{i}.log"),
+                                   port=port if i == 0 else None) for i in range(replicas)]
+        self.vllm = self.servers[0]
         self.policy: str | None = None
         self.template_choice = None  # serve/template_choice.TemplateChoice once started
 
     @property
     def base_url(self) -> str:
         return self.vllm.base_url
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Every replica's URL (serve.replicas), the proxy's upstreams."""
+        return [server.base_url for server in self.servers]
+
+    def live(self) -> list[VLLMServer]:
+        """The replicas whose process is still running."""
+        return [s for s in self.servers if s.process is not None and s.process.poll() is None]
 
     def __enter__(self) -> "PolicyServer":
         return self.start()
@@ -114,14 +127,15 @@ class PolicyServer:
         self._fit_rank(adapter_rank(r0))
         self._plan_gpus()
         self._choose_template()
-        self.vllm.start(warm_up=False)
         try:
-            self.adapters = AdapterClient(self.vllm.base_url)
+            for server in self.servers:
+                server.start(warm_up=False)
             self.load(0, r0)
             # Warm up through the adapter: the first LoRA request pays for slot setup, not a harness call.
-            self.vllm.warm_up(self.policy)
+            for server in self.servers:
+                server.warm_up(self.policy)
         except BaseException:
-            self.vllm.stop()
+            self.stop()
             raise
         return self
 
@@ -149,7 +163,8 @@ class PolicyServer:
         serve = self.settings.serve
         serve.gpu_memory_utilization = chosen.gpu_memory_utilization
         serve.sleep_between_rounds = "on" if chosen.sleep else "off"
-        self.vllm.cuda_devices = chosen.serve_devices
+        for server, devices in zip(self.servers, replica_devices(chosen.serve_devices, len(self.servers))):
+            server.cuda_devices = devices
         if chosen.train_device is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = chosen.train_device
         for line in chosen.lines:
@@ -176,13 +191,21 @@ class PolicyServer:
         return self.load_as(policy_name(round_index), path)
 
     def load_as(self, name: str, path: Path) -> str:
-        """Load an adapter under a given name (a resumed round's recorded policy); returns the name."""
-        self.adapters.load(name, path)
+        """Load an adapter under a given name (a resumed round's recorded policy) on every running replica before
+        it becomes the policy (no request goes to a replica without it); returns the name."""
+        live = self.live() if len(self.servers) > 1 else self.servers
+        if not live:
+            raise AlightError("no vLLM replica is running to load the adapter on",
+                              f"see {self.run_dir / 'logs'} (vllm*.log); rerun the same command to resume")
+        for server in live:
+            AdapterClient(server.base_url).load(name, path)
         self.policy = name
         return name
 
     def unload(self, name: str) -> None:
-        self.adapters.unload(name)
+        """Unload everywhere (the proxy has drained the requests that used it)."""
+        for server in (self.live() if len(self.servers) > 1 else self.servers):
+            AdapterClient(server.base_url).unload(name)
 
     @property
     def sleeps(self) -> bool:
@@ -194,14 +217,30 @@ class PolicyServer:
         """vLLM's sleep (level 1: weights to CPU memory, KV cache freed, LoRA buffers kept; level 2 with LoRA
         crashes vLLM). Call only once nothing is in flight (the proxy drained). Returns the seconds it took."""
         started = time.monotonic()
-        post_json(f"{self.base_url}/sleep?level={level}", {}, timeout_s=self.settings.serve.startup_timeout_s)
+        for server in self.live() or self.servers:
+            post_json(f"{server.base_url}/sleep?level={level}", {}, timeout_s=self.settings.serve.startup_timeout_s)
         return time.monotonic() - started
 
     def wake_up(self) -> float:
         """Back from sleep, before the next adapter is loaded and requests resume. Returns the seconds it took."""
         started = time.monotonic()
-        post_json(f"{self.base_url}/wake_up", {}, timeout_s=self.settings.serve.startup_timeout_s)
+        for server in self.live() or self.servers:
+            post_json(f"{server.base_url}/wake_up", {}, timeout_s=self.settings.serve.startup_timeout_s)
         return time.monotonic() - started
 
     def stop(self) -> None:
-        self.vllm.stop()
+        for server in self.servers:
+            server.stop()
+
+
+def replica_devices(devices: list[str], replicas: int) -> list[list[str] | None]:
+    """The GPU plan's vLLM devices split evenly among the replicas, in order (each gets len/replicas of them);
+    None for each when there are none (CPU)."""
+    if not devices:
+        return [None] * replicas
+    if len(devices) % replicas:
+        raise AlightError(f"serve.replicas {replicas} cannot share the {len(devices)} GPU(s) vLLM was given "
+                          f"({', '.join(devices)}) evenly",
+                          "give serve.devices a multiple of serve.replicas x serve.tensor_parallel_size GPUs")
+    size = len(devices) // replicas
+    return [devices[i * size:(i + 1) * size] for i in range(replicas)]
