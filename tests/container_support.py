@@ -22,15 +22,32 @@ MIRROR = "http://deb.debian.org/debian"
 SUITES = {IMAGE: ("bookworm", ["python3", "python3-pytest", "git", "patch"]), OLD_IMAGE: ("bullseye", [])}
 
 
+RUNTIMES = ("podman", "docker")
+"""The runtimes the container tests run on; .ci/run installs both and starts docker's daemon."""
+
+
 def podman() -> str:
-    found = shutil.which("podman")
-    assert found, "podman is not installed: `apt-get install podman runc debootstrap` (.ci/run does it)"
+    return runtime("podman")
+
+
+def runtime(name: str = "podman") -> str:
+    """The runtime's executable; for docker, one whose daemon answers. Fails (never skips) when it is missing."""
+    found = shutil.which(name)
+    assert found, f"{name} is not installed: `apt-get install podman runc docker.io debootstrap` (.ci/run does it)"
+    if name == "docker":
+        info = subprocess.run([found, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+        assert info.returncode == 0, f"docker's daemon does not answer (.ci/run starts dockerd): {info.stderr[-500:]}"
     return found
 
 
-def image(name: str = IMAGE) -> str:
-    """`name`, present in podman's local store (built, or imported from the cached tarball)."""
-    if subprocess.run([podman(), "image", "exists", name]).returncode == 0:
+def _exists(exe: str, name: str) -> bool:
+    return subprocess.run([exe, "image", "inspect", name], capture_output=True).returncode == 0
+
+
+def image(name: str = IMAGE, runtime_name: str = "podman") -> str:
+    """`name`, present in the runtime's local store (built, or imported from the cached tarball)."""
+    exe = runtime(runtime_name)
+    if _exists(exe, name):
         return name
     cache = harness_home() / "images"
     cache.mkdir(parents=True, exist_ok=True)
@@ -40,28 +57,30 @@ def image(name: str = IMAGE) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not tarball.exists():
             _build(suite, include, tarball)
-        if subprocess.run([podman(), "image", "exists", name]).returncode != 0:
+        if not _exists(exe, name):
             with open(tarball, "rb") as f:
-                subprocess.run([podman(), "import", "-", name], stdin=f, check=True, capture_output=True)
+                subprocess.run([exe, "import", "-", name], stdin=f, check=True, capture_output=True)
     return name
 
 
-def image_with_project(name: str, project: Path, base: str = IMAGE, workdir: str = "/testbed") -> str:
+def image_with_project(name: str, project: Path, base: str = IMAGE, workdir: str = "/testbed",
+                       runtime_name: str = "podman") -> str:
     """`base` with the folder `project` copied to `workdir`: a SWE-bench-style instance image, made here."""
-    if subprocess.run([podman(), "image", "exists", name]).returncode == 0:
-        subprocess.run([podman(), "rmi", "-f", name], capture_output=True)
+    exe = runtime(runtime_name)
+    if _exists(exe, name):
+        subprocess.run([exe, "rmi", "-f", name], capture_output=True)
     from agentlightning_cli.sandbox.container import ulimit_args
 
     box = f"alight-build-{Path(project).name}"
-    subprocess.run([podman(), "rm", "-f", box], capture_output=True)
-    subprocess.run([podman(), "run", "--name", box, *ulimit_args(), "--network", "none", "-v", f"{project}:/src:ro",
-                    image(base), "cp", "-a", "/src", workdir], check=True, capture_output=True)
-    subprocess.run([podman(), "commit", "-q", box, name], check=True, capture_output=True)
-    subprocess.run([podman(), "rm", "-f", box], capture_output=True)
+    subprocess.run([exe, "rm", "-f", box], capture_output=True)
+    subprocess.run([exe, "run", "--name", box, *ulimit_args(), "--network", "none", "-v", f"{project}:/src:ro",
+                    image(base, runtime_name), "cp", "-a", "/src", workdir], check=True, capture_output=True)
+    subprocess.run([exe, "commit", box, name], check=True, capture_output=True)
+    subprocess.run([exe, "rm", "-f", box], capture_output=True)
     return name
 
 
-def swebench_instance(tmp_path: Path) -> tuple[dict, str]:
+def swebench_instance(tmp_path: Path, runtime_name: str = "podman") -> tuple[dict, str]:
     """A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in
     an image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test
     command), log_parser parse_log_pytest, eval_type pass_and_fail. Returns the row (its gold `patch` included)
@@ -76,7 +95,7 @@ def swebench_instance(tmp_path: Path) -> tuple[dict, str]:
     git(project, "add", ".gitignore")
     git(project, "commit", "-qm", "ignore local conftest files")
     base = git(project, "rev-parse", "HEAD")
-    image = image_with_project("localhost/alight-test-swe:acme-calc", project)
+    image = image_with_project("localhost/alight-test-swe:acme-calc", project, runtime_name=runtime_name)
     eval_script = "\n".join([
         "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
         f"git checkout {base} tests/test_calc.py", "git apply -v - <<'EOF_114329324912'",

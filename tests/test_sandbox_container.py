@@ -1,7 +1,8 @@
 """`sandbox: container` with real podman and an image built here (tests/container_support.py): a task shell and a
 real harness episode run in the image, see only what they should, have no network, hit the memory limit as
 `resource_limit`; a run refuses before any episode a task without an image, an image that is not there and an
-image whose C library cannot run this machine's Python; a container a killed run left is removed by the next."""
+image whose C library cannot run this machine's Python; a container a killed run left is removed by the next.
+The episode, limit and grading tests run on podman and on docker (cs.RUNTIMES; .ci/run provides both)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ def image() -> str:
     return cs.image()
 
 
-def _alight_containers(under: Path) -> list[str]:
+def _alight_containers(under: Path, runtime: str = "podman") -> list[str]:
     """alight's containers (running or not) whose workspace is under `under`."""
-    out = subprocess.run([cs.podman(), "ps", "-a", "--filter", "label=alight.workspace", "--format",
-                          '{{.ID}} {{index .Labels "alight.workspace"}}'], capture_output=True, text=True, check=True)
-    return [line.split()[0] for line in out.stdout.splitlines() if line.split()[1].startswith(str(under))]
+    from agentlightning_cli.sandbox.container import labelled
+
+    return [cid for cid, workspace in labelled(cs.runtime(runtime)) if workspace.startswith(str(under))]
 
 
-def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", cs.RUNTIMES)
+def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(runtime: str, tmp_path: Path) -> None:
+    image = cs.image(cs.IMAGE, runtime)
     ws = tmp_path / "ws"
     ws.mkdir()
     server = socket.socket()
@@ -55,7 +58,7 @@ def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image:
     threading.Thread(target=accept, daemon=True).start()
     probe = (f"python3 -c \"import socket; s = socket.socket(); s.settimeout(3); "
              f"print('reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'unreachable')\"")
-    spec = SandboxSpec(writable=[ws], image=image)
+    spec = SandboxSpec(writable=[ws], image=image, runtime=runtime)
     res = run_shell(f"cat /etc/alight-test-image; echo made > out.txt; echo $TASK_X; {probe}; ls /root | wc -l; "
                     "echo $PATH; echo ${VIRTUAL_ENV:-none}", ws, 120, env={"TASK_X": "from-the-host"}, sandbox=spec)
     assert res.exit_code == 0, res
@@ -65,17 +68,19 @@ def test_a_shell_runs_in_the_image_with_the_workspace_and_without_network(image:
     assert ".pyenv" not in lines[4] and ".venv" not in lines[4] and lines[5] == "none", lines
     assert (ws / "out.txt").read_text() == "made\n" and not accepted
     server.close()
-    assert _alight_containers(tmp_path) == []  # removed once the command ended
+    assert _alight_containers(tmp_path, runtime) == []  # removed once the command ended
 
 
-def test_memory_past_the_limit_is_a_resource_limit(image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", cs.RUNTIMES)
+def test_memory_past_the_limit_is_a_resource_limit(runtime: str, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    spec = SandboxSpec(writable=[ws], image=image, limits=EpisodeLimits(memory_mb=128))
+    spec = SandboxSpec(writable=[ws], image=cs.image(cs.IMAGE, runtime), limits=EpisodeLimits(memory_mb=128),
+                       runtime=runtime)
     hog = "python3 -c \"x = bytearray(200 * 1024 * 1024); import time; time.sleep(5)\""  # touched: 200 MB resident
     res = run_shell(hog, ws, 120, sandbox=spec)
     assert res.resource_limit is not None and res.resource_limit.startswith("memory"), res
-    assert _alight_containers(tmp_path) == []
+    assert _alight_containers(tmp_path, runtime) == []
 
 
 def test_an_image_that_cannot_run_this_python_is_refused_with_the_fix(tmp_path: Path) -> None:
@@ -92,8 +97,10 @@ def _calc_tasks(root: Path, image: str | None) -> Path:
                                    {"id": "leave", "prompt": "LEAVE-ME: look around", **extra}])
 
 
-def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", cs.RUNTIMES)
+def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(runtime: str, tmp_path: Path) -> None:
     rs.ensure_mini()
+    image = cs.image(cs.IMAGE, runtime)
     tasks = _calc_tasks(tmp_path, image)
     look = "cat /etc/alight-test-image > seen.txt; ls -a >> seen.txt; ls /root | wc -l >> seen.txt"
 
@@ -101,15 +108,16 @@ def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(image: str, tmp_
         return look + ("; sed -i 's/a - b/a + b/' calc.py" if "SOLVE-ME" in text else "")
 
     out = tmp_path / "runs" / "c"
-    leftover = subprocess.run([cs.podman(), "run", "-d", *ulimit_args(), "--label",
+    leftover = subprocess.run([cs.runtime(runtime), "run", "-d", *ulimit_args(), "--label",
                                f"alight.workspace={out}/workspaces/ep-old", image, "sleep", "600"], capture_output=True, text=True, check=True).stdout.strip()
     with FakeVLLM(FakeScript(reply=rs.mini_script(first), served_models=["policy-r0"])) as fake:
         proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "mini-swe-agent", "--attempts", "1",
                           "--upstream", fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces",
-                          "--json"], cwd=tmp_path)
+                          "--json"], cwd=tmp_path, env={"ALIGHT_CONTAINER__RUNTIME": runtime})
     assert proc.returncode == 0, proc.stderr
     assert "removed 1 container(s) a stopped earlier run left behind" in proc.stderr
-    assert leftover[:12] not in subprocess.run([cs.podman(), "ps", "-a", "-q"], capture_output=True, text=True).stdout
+    assert leftover[:12] not in subprocess.run([cs.runtime(runtime), "ps", "-a", "-q"], capture_output=True,
+                                               text=True).stdout
     summary = json.loads(proc.stdout)
     by = {t["task_id"]: t for t in summary["tasks"]}
     assert by["solve"]["mean_reward"] == 1.0 and by["leave"]["mean_reward"] == 0.0
@@ -126,16 +134,18 @@ def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(image: str, tmp_
             assert ep.outcome_detail["sandbox"]["proxy"] == "listener handed over"
     finally:
         store.close()
-    assert _alight_containers(tmp_path) == []
+    assert _alight_containers(tmp_path, runtime) == []
 
 
-def test_codex_runs_inside_the_image_on_the_hosts_node_through_the_proxy(image: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", cs.RUNTIMES)
+def test_codex_runs_inside_the_image_on_the_hosts_node_through_the_proxy(runtime: str, tmp_path: Path) -> None:
     """Codex's npm install runs on Node, which lies in the host's system folders: the run checks `codex --version`
     in the image before the round (Node mounted as a single file) and its episodes work there through the real
     proxy (Responses over SSE, translated to the scripted chat upstream)."""
     from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
     installed("codex")
+    image = cs.image(cs.IMAGE, runtime)
     tasks = _calc_tasks(tmp_path, image)
     look = "cat /etc/alight-test-image > seen.txt; ls /root | wc -l >> seen.txt"
     fix, leave = tool_then_finish("codex", look + "; sed -i 's/a - b/a + b/' calc.py"), tool_then_finish("codex", look)
@@ -147,7 +157,7 @@ def test_codex_runs_inside_the_image_on_the_hosts_node_through_the_proxy(image: 
     with FakeVLLM(FakeScript(reply=reply, served_models=["policy-r0"])) as fake:
         proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "codex", "--attempts", "1", "--upstream",
                           fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces", "--json"],
-                         cwd=tmp_path)
+                         cwd=tmp_path, env={"ALIGHT_CONTAINER__RUNTIME": runtime})
     assert proc.returncode == 0, proc.stderr
     assert f"image {image} runs codex (codex-cli " in proc.stderr  # checked once, before the round
     by = {t["task_id"]: t for t in json.loads(proc.stdout)["tasks"]}
@@ -161,7 +171,7 @@ def test_codex_runs_inside_the_image_on_the_hosts_node_through_the_proxy(image: 
             assert [c.protocol for c in store.get_calls(ep.id)][:1] == ["openai-responses"]
     finally:
         store.close()
-    assert _alight_containers(tmp_path) == []
+    assert _alight_containers(tmp_path, runtime) == []
 
 
 def test_the_harness_check_runs_in_each_image_and_names_what_is_missing(image: str, tmp_path: Path) -> None:
@@ -223,9 +233,11 @@ print(json.dumps({"event": "finished"}))
 '''
 
 
-@pytest.mark.parametrize("mode, reward", [("fix", 1.0), ("noop", 0.0), ("cheat", 0.0)])
-def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Path, mode: str, reward: float) -> None:
-    row, image = cs.swebench_instance(tmp_path)
+@pytest.mark.parametrize("mode, reward, runtime", [("fix", 1.0, "podman"), ("noop", 0.0, "podman"),
+                                                   ("cheat", 0.0, "podman"), ("fix", 1.0, "docker")])
+def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Path, mode: str, reward: float,
+                                                                    runtime: str) -> None:
+    row, image = cs.swebench_instance(tmp_path, runtime)
     tasks = tmp_path / "swe.jsonl"
     tasks.write_text(json.dumps(row) + "\n")
     agent = tmp_path / f"{mode}.py"
@@ -236,7 +248,8 @@ def test_swebench_instance_in_its_image_graded_by_the_official_code(tmp_path: Pa
     with FakeVLLM(FakeScript(turns=["ok"], served_models=["policy-r0"])) as fake:
         proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(recipe), "--attempts", "1",
                           "--upstream", fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces",
-                          "--json"], cwd=tmp_path, env={"ALIGHT_CONTAINER__GRADING_NETWORK": "false"})
+                          "--json"], cwd=tmp_path, env={"ALIGHT_CONTAINER__GRADING_NETWORK": "false",
+                                                        "ALIGHT_CONTAINER__RUNTIME": runtime})
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["statuses"] == {"done": 1} and summary["tasks"][0]["mean_reward"] == reward, summary

@@ -186,14 +186,24 @@ def copy_out(runtime: str, image: str, path: str, dest: Path) -> None:
 def remove_under(runtime: str, folder: Path) -> int:
     """Remove every container of alight's whose working folder is under `folder` (a run directory: what a killed
     run left, running or not); returns how many."""
-    found = subprocess.run([runtime, "ps", "-a", "--filter", f"label={LABEL_WORKSPACE}", "--format",
-                            '{{.ID}} {{index .Labels "' + LABEL_WORKSPACE + '"}}'],
-                           capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    ids = [line.split(" ", 1)[0] for line in found.stdout.splitlines()
-           if " " in line and Path(line.split(" ", 1)[1]).is_relative_to(Path(folder).absolute())]
+    ids = [cid for cid, workspace in labelled(runtime) if Path(workspace).is_relative_to(Path(folder).absolute())]
     if ids:
         subprocess.run([runtime, "rm", "-f", *ids], capture_output=True, timeout=PROBE_TIMEOUT_S)
     return len(ids)
+
+
+def labelled(runtime: str) -> list[tuple[str, str]]:
+    """(container id, workspace) of alight's containers, running or not. Read with `inspect`, whose labels are a
+    map in podman and docker alike (`ps --format` differs: podman has no .Label, docker's .Labels is a string)."""
+    listed = subprocess.run([runtime, "ps", "-a", "-q", "--filter", f"label={LABEL_WORKSPACE}"],
+                            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    ids = listed.stdout.split()
+    if not ids:
+        return []
+    found = subprocess.run([runtime, "inspect", "--format",
+                            '{{.Id}} {{index .Config.Labels "' + LABEL_WORKSPACE + '"}}', *ids],
+                           capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    return [(line.split(" ", 1)[0], line.split(" ", 1)[1]) for line in found.stdout.splitlines() if " " in line]
 
 
 class ContainerSandbox:
