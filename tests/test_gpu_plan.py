@@ -31,6 +31,19 @@ def settings(**serve) -> Settings:
     return s
 
 
+def test_replicas_take_a_tensor_parallel_group_each_and_too_few_gpus_are_refused():
+    from agentlightning_cli.serve.policy import replica_devices
+
+    p = plan(gpus(8), settings(replicas=2, tensor_parallel_size=2), MODEL_7B, trains=True)
+    assert p.serve_devices == ["0", "1", "2", "3"] and p.train_device == "7" and not p.shared
+    assert replica_devices(p.serve_devices, 2) == [["0", "1"], ["2", "3"]]
+    assert replica_devices([], 3) == [None, None, None]  # CPU: nothing to split
+    with pytest.raises(AlightError, match="needs 4 GPU"):
+        plan(gpus(8), settings(replicas=2, tensor_parallel_size=2, devices=[0, 1, 2]), MODEL_7B, trains=True)
+    with pytest.raises(AlightError, match="evenly"):
+        replica_devices(["0", "1", "2"], 2)
+
+
 def test_one_gpu_is_shared_with_sleep_mode_by_default():
     p = plan(gpus(1), settings(), MODEL_7B, trains=True)
     assert (p.serve_devices, p.train_device, p.shared, p.sleep, p.gpu_memory_utilization) == (["0"], "0", True, True, 0.9)

@@ -37,6 +37,9 @@ class FakeScript:
     """Answer every chat request with this HTTP error status (failure injection)."""
     delay_s: float = 0.0
     """Wait before answering (before the first byte for streams)."""
+    capacity: int | None = None
+    """Requests served at once (their delay_s running); the others queue, as on a model server whose batch is
+    full. None: no limit."""
     drop_after_events: int | None = None
     """Streams: close the connection abruptly after this many events."""
     stream_events: int | None = None
@@ -82,6 +85,7 @@ class FakeVLLM:
         self.events: list[str] = []
         """Engine-level requests in arrival order, as "sleep level=1", "wake_up", "load NAME", "unload NAME"."""
         self.sleeping = False
+        self._capacity: asyncio.Semaphore | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -174,8 +178,14 @@ class FakeVLLM:
         if self.sleeping:  # a sleeping engine has no weights on the device: a request now is alight's bug
             return _error(500, "the engine is sleeping")
         script = self.script
+        if script.capacity is not None and self._capacity is None:
+            self._capacity = asyncio.Semaphore(script.capacity)
         if script.delay_s:
-            await asyncio.sleep(script.delay_s)
+            if self._capacity is not None:
+                async with self._capacity:
+                    await asyncio.sleep(script.delay_s)
+            else:
+                await asyncio.sleep(script.delay_s)
         if script.status:
             return _error(script.status, f"injected failure {script.status}")
         turn = script.turn_for(body)
