@@ -116,7 +116,7 @@ def doctor(
 
 @app.command()
 def proxy(
-    upstream: Annotated[str, typer.Option(help="OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000.")],
+    upstream: Annotated[list[str], typer.Option(help="OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000. Repeat it for several servers of the same model: each episode stays on one, new ones go to the least busy, a failing one is taken out.")],
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port to listen on (default: a free one).")] = None,
     store: Annotated[Path, typer.Option(help="Run directory for the recording store (alight.db).")] = Path("runs/proxy"),

@@ -62,3 +62,29 @@ def test_alight_proxy_rejects_an_upstream_that_is_not_a_url(tmp_path):
     done = subprocess.run([alight, "proxy", "--upstream", "localhost:8000", "--store", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "--upstream must be an http://" in done.stderr
+
+
+def test_alight_proxy_spreads_ad_hoc_episodes_over_several_upstreams(tmp_path):
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent))
+    port, store_dir = _free_port(), tmp_path / "store"
+    with FakeVLLM(FakeScript(turns=["from a"])) as a, FakeVLLM(FakeScript(turns=["from b"])) as b:
+        proc = subprocess.Popen([alight, "proxy", "--upstream", a.url, "--upstream", b.url + "/v1", "--port",
+                                 str(port), "--store", str(store_dir)], stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            banner = []
+            while not any("Ctrl-C" in line for line in banner):
+                line = proc.stderr.readline()
+                assert line, f"proxy exited early: {''.join(banner)}"
+                banner.append(line)
+            assert f"-> {a.url}, {b.url}" in "".join(banner)
+            answers = []
+            for episode in ("one", "two"):
+                client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/e/{episode}/v1", api_key="k", max_retries=0)
+                for _ in range(2):  # an episode stays where its first call went
+                    reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "x"}])
+                    answers.append(reply.choices[0].message.content)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(20)
+    assert answers == ["from a", "from a", "from b", "from b"]

@@ -30,7 +30,8 @@ alight proxy: recording {base} -> {upstream}
 Ctrl-C stops."""
 
 
-async def serve(settings: Settings, upstream: str, served: str, store_dir: Path, model: str | None) -> None:
+async def serve(settings: Settings, upstream: str | list[str], served: str, store_dir: Path,
+                model: str | None) -> None:
     from agentlightning_cli.store import Store
 
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -47,14 +48,21 @@ async def serve(settings: Settings, upstream: str, served: str, store_dir: Path,
         store.close()
 
 
-def run(settings: Settings, upstream: str, store_dir: Path, model: str | None) -> None:
-    # Before anything listens, say plainly what is wrong with the upstream, rather than only as a 502 or 404
+def run(settings: Settings, upstream: str | list[str], store_dir: Path, model: str | None) -> None:
+    # Before anything listens, say plainly what is wrong with each upstream, rather than only as a 502 or 404
     # on every call later. A server that is not up yet is not fatal: the proxy may well start first.
-    check_url(upstream)
-    try:
-        served = probe_upstream(upstream).describe()
-    except AlightError as exc:
-        print(f"alight proxy: warning: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
-              file=sys.stderr, flush=True)
-        served = "unknown (the probe above failed; calls fail until the upstream answers)"
-    lifecycle.run_loop(serve(settings, server_root(upstream), served, store_dir, model))
+    upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
+    for url in upstreams:
+        check_url(url)
+    described = []
+    for url in upstreams:
+        try:
+            described.append(probe_upstream(url).describe())
+        except AlightError as exc:
+            print(f"alight proxy: warning: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
+                  file=sys.stderr, flush=True)
+            described.append("unknown (the probe above failed; calls fail until the upstream answers)")
+    served = described[0] if len(set(described)) == 1 else "; ".join(
+        f"{server_root(u)}: {d}" for u, d in zip(upstreams, described))
+    roots = [server_root(u) for u in upstreams]
+    lifecycle.run_loop(serve(settings, roots if len(roots) > 1 else roots[0], served, store_dir, model))
