@@ -23,6 +23,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _banner(proc: subprocess.Popen) -> str:
+    """The proxy's banner, read from its stderr up to its last line (Ctrl-C stops)."""
+    banner = []
+    while not any("Ctrl-C" in line for line in banner):
+        line = proc.stderr.readline()
+        assert line, f"proxy exited early: {''.join(banner)}"
+        banner.append(line)
+    return "".join(banner)
+
+
 def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
     alight = shutil.which("alight", path=str(Path(sys.executable).parent))
     port, store_dir = _free_port(), tmp_path / "store"
@@ -30,12 +40,7 @@ def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
         proc = subprocess.Popen([alight, "proxy", "--upstream", fake.url, "--port", str(port), "--store",
                                  str(store_dir)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
-            banner = []
-            while not any("Ctrl-C" in line for line in banner):
-                line = proc.stderr.readline()
-                assert line, f"proxy exited early: {''.join(banner)}"
-                banner.append(line)
-            text = "".join(banner)
+            text = _banner(proc)
             assert f"http://127.0.0.1:{port}/e/<episode>/v1" in text and "ad-hoc" in text
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/e/demo-1/v1", api_key="s3cret", max_retries=0)
             reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hey"}])
@@ -72,12 +77,7 @@ def test_alight_proxy_spreads_ad_hoc_episodes_over_several_upstreams(tmp_path):
                                  str(port), "--store", str(store_dir)], stderr=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         try:
-            banner = []
-            while not any("Ctrl-C" in line for line in banner):
-                line = proc.stderr.readline()
-                assert line, f"proxy exited early: {''.join(banner)}"
-                banner.append(line)
-            assert f"-> {a.url}, {b.url}" in "".join(banner)
+            assert f"-> {a.url}, {b.url}" in _banner(proc)
             answers = []
             for episode in ("one", "two"):
                 client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/e/{episode}/v1", api_key="k", max_retries=0)
