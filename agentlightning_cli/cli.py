@@ -283,6 +283,8 @@ def run_command(
     setup_timeout: Annotated[float, typer.Option(help="Seconds allowed for each setup command.")] = 900.0,
     reward_timeout: Annotated[float, typer.Option(help="Seconds allowed for the reward command.")] = 600.0,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
+    executor: Annotated[str, typer.Option(help="Where episodes run: local (this machine) or ray (each a Ray task on a worker node offering the alight_episode resource; the store, proxy and trainer stay here). Needs the ray extra.")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster to join (e.g. 10.0.0.1:6379); default: a Ray started on this machine for the run. Nodes on other machines need proxy.host: 0.0.0.0.")] = None,
     sandbox: SandboxFlag = None,
     unsafe_expose: UnsafeExposeFlag = False,
     as_json: JsonFlag = False,
@@ -296,7 +298,7 @@ def run_command(
         max_tokens=max_tokens, max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
-        sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose)
+        sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose, executor=executor, ray_address=ray_address)
     run_and_report(opts, as_json)
 
 

@@ -172,6 +172,13 @@ class TrainSettings(Section):
     """Weights exp(logp_trainer - logp_vllm) from the stored vLLM logprobs, truncated at importance_cap."""
     importance_cap: float = 3.0
     seed: int = 0
+    processes: int = 1
+    """Training processes. More than 1: each round trains under `accelerate launch --num_processes N` (DDP: gloo on
+    CPU, NCCL on GPUs), rows sharded across the processes; batch_size stays the rows per optimizer step (each
+    process takes batch_size / N), so the same settings train the same adapter, faster."""
+    accelerate_config: str | None = None
+    """An accelerate config file (`accelerate config` writes one: FSDP, DeepSpeed, several machines): each round
+    trains under `accelerate launch --config_file FILE`; its num_processes wins over `processes`."""
     cpu_threads: int | None = None
     """Threads for training on CPU. Empty: every core this process may use (OMP_NUM_THREADS if set), since
     training runs while vLLM and the harnesses are idle (between rounds, or `alight train`)."""

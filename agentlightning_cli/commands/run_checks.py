@@ -44,6 +44,10 @@ class RunOptions:
     sandbox: str | None = None
     """--sandbox: the `sandbox` setting for this run (run_and_report passes it in as a command-line flag)."""
     unsafe_expose: bool = False
+    executor: str = "local"
+    """--executor: `local` (episodes run on this machine) or `ray` (each a Ray task on a worker node)."""
+    ray_address: str | None = None
+    """--ray-address: the Ray cluster to join (None with --executor ray: a one-machine Ray started for the run)."""
     """--unsafe-expose-protected-paths: mount what the guard would refuse (sandbox/exposure.py); the summary says so."""
 
     def snapshot(self) -> dict[str, Any]:
@@ -59,6 +63,10 @@ def check_numbers(opts: RunOptions) -> None:
                         ("--setup-timeout", opts.setup_timeout_s), ("--reward-timeout", opts.reward_timeout_s)):
         if value is not None and value <= 0:
             raise AlightError(f"{name} must be positive, got {value:g}")
+    if opts.executor not in ("local", "ray"):
+        raise AlightError(f"--executor must be local or ray, not {opts.executor!r}")
+    if opts.ray_address is not None and opts.executor != "ray":
+        raise AlightError("--ray-address needs --executor ray")
     if opts.model is not None and opts.upstream is not None:
         raise AlightError("--model and --upstream exclude each other",
                           "--model starts vLLM with a local model; --upstream uses a server that is already running")

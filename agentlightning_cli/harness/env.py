@@ -52,6 +52,9 @@ class EpisodeSpec:
     proxy_listeners: str | None = None
     """The proxy's listener inbox (Proxy.listeners_path): the sandbox hands it its loopback listener and the proxy
     accepts the harness's connections itself; None: connections go through proxy_socket."""
+    proxy_remote: str | None = None
+    """host:port of a proxy on another machine (an episode on a Ray worker node): the sandbox relays to it and the
+    harness is handed base_url on loopback."""
 
 
 def harness_env(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -100,7 +100,11 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
                           "run the proxy on 127.0.0.1, or use `--sandbox none`")
     relay = None
     socket_path = spec.proxy_socket
-    if not socket_path:
+    if spec.proxy_remote:  # the proxy is on another machine: relayed to over TCP, the harness sees loopback
+        host, _, port = spec.proxy_remote.rpartition(":")
+        relay = await Relay(host, int(port)).start()
+        socket_path = relay.path
+    elif not socket_path:
         relay = await Relay(url.hostname, url.port).start()
         socket_path = relay.path
     private = [Path(spec.workspace), episode_dir, tmpdir]

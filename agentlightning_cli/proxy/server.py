@@ -56,6 +56,16 @@ def _json(status: int, body: bytes) -> Response:
     return Response(status, body)
 
 
+CALLS_PATH = "/alight/calls"
+"""GET /e/<episode>/alight/calls (with the episode's key): {"calls": n, "first_call_at": t}."""
+
+
+def episode_base_url(proxy_url: str, episode_id: str, protocol: str = "openai-chat") -> str:
+    """The base URL a harness of `protocol` is handed for its episode on the proxy at `proxy_url`."""
+    base = f"{proxy_url}/e/{episode_id}"
+    return base if protocol in ("anthropic", "anthropic-messages") else base + "/v1"
+
+
 class Proxy:
     def __init__(self, store: Store, upstream_url: str | list[str], settings: ProxySettings, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256,
@@ -153,8 +163,7 @@ class Proxy:
         self.model_policy.seeds.register(episode_id, seed)
 
     def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str:
-        base = f"{self.base_url}/e/{episode_id}"
-        return base if protocol in ("anthropic", "anthropic-messages") else base + "/v1"
+        return episode_base_url(self.base_url, episode_id, protocol)
 
     def set_policy(self, name: str) -> None:
         # One attribute store: requests read it once, after the pause gate, so none sees a mix.
@@ -202,6 +211,11 @@ class Proxy:
             return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
         if method == "GET" and rest in ("/v1/models", "/models"):
             return _json(200, dumps(models_body(self.model_policy.advertised(), protocol)))
+        if method == "GET" and rest == CALLS_PATH:
+            # The episode's recorded LLM calls, for a runner on another machine (rollout/remote.py) that judges
+            # its harness's ending (no_calls) without the store.
+            calls, first = await asyncio.to_thread(self.store.llm_call_count, episode_id)
+            return _json(200, dumps({"calls": calls, "first_call_at": first}))
         path = request.path_qs[len("/e/") + len(episode_id):] or "/"
         assert self._parts is not None  # requests only arrive after start()
         ex = Exchange(self._parts, request, episode_id, path, protocol, started)

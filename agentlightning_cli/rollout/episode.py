@@ -1,5 +1,7 @@
 """One episode from a prepared workspace to a stored reward: register, run the harness, reveal, score, clean.
 
+The head's side (`create`, `record`) holds the store and the proxy; the rest (`setup`, `work`) never touches
+either, so an episode runs the same way here and on a Ray worker node (rollout/remote.py).
 The episode row exists (and its key is registered with the proxy) before its harness starts. Hidden files
 go in only after the harness has ended, when the runner has killed every process the episode started. The
 reward command runs after every harness ending (finished, timeout, budget_exceeded, harness_error, no_calls)
@@ -25,7 +27,7 @@ from agentlightning_cli.reward import run_reward
 from agentlightning_cli.rollout import scoring, stale
 from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
-from agentlightning_cli.tasks import (agent_patch, patch_base_dir, prepare_workspace, remove_base, reveal_hidden_files,
+from agentlightning_cli.tasks import (AgentPatch, agent_patch, patch_base_dir, prepare_workspace, remove_base, reveal_hidden_files,
                                       snapshot_base)
 
 if TYPE_CHECKING:
@@ -44,6 +46,30 @@ class EpisodeProxy(Protocol):
     def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None: ...
 
     def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str: ...
+
+
+@dataclass
+class NodeContext:
+    """What the part of an episode that runs where its harness runs needs (workspace, harness, patch, reward):
+    never the store or the proxy object, so the same code runs in `alight run` and on a Ray worker node
+    (rollout/remote.py), which returns its Result to the head, the store's only writer."""
+
+    recipe: Recipe
+    installed: Installed
+    run_dir: Path
+    """Where workspaces, harness folders and logs go: the run directory, or a node's own folder for the run."""
+    sources: SourceCache
+    sandbox: str
+    limits: EpisodeLimits
+    timeout_s: float | None = None
+    max_turns: int | None = None
+    setup_timeout_s: float = 900.0
+    reward_timeout_s: float = 600.0
+    keep_workspaces: bool = False
+    container_runtime: str = "auto"
+    grading_network: bool = True
+    stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
+    count_calls: Callable[[str], tuple[int, float | None]] | None = None
 
 
 @dataclass
@@ -74,6 +100,8 @@ class RunContext:
     """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
     stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
     count_calls: Callable[[str], tuple[int, float | None]] | None = None
+    executor: Any = None
+    """None: episodes run here (scheduler.run_slots); else a rollout.ray_executor.RayExecutor."""
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir).absolute()
@@ -83,6 +111,10 @@ class RunContext:
     def for_round(self, round_id: str) -> RoundContext:
         """The context of one of the run's rounds (the same proxy, stopper and store)."""
         return RoundContext(**{f.name: getattr(self, f.name) for f in fields(RunContext)}, round_id=round_id)
+
+    def node(self) -> NodeContext:
+        """The episode side of this context, for episodes run on this machine."""
+        return NodeContext(**{f.name: getattr(self, f.name) for f in fields(NodeContext)})
 
 
 @dataclass
@@ -114,6 +146,41 @@ class Prepared:
     prep_s: float
 
 
+@dataclass
+class ProxyAccess:
+    """How an episode's harness reaches the proxy: the base URL it is handed, its key, and what its sandbox uses."""
+
+    base_url: str
+    key: str
+    proxy_socket: str | None = None
+    proxy_listeners: str | None = None
+    proxy_remote: str | None = None
+    """host:port of a proxy on another machine, relayed to from the sandbox (base_url is then on loopback)."""
+
+
+@dataclass
+class Result:
+    """Everything an episode's run decided, for the store (`record`): picklable, so a Ray node can return it."""
+
+    status: str
+    outcome: str | None = None
+    reward: float | None = None
+    reward_detail: dict | None = None
+    outcome_detail: dict | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    why: str | None = None
+    calls: int = 0
+    patch: AgentPatch | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class SetupFailed(Exception):
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 def create(ctx: RoundContext, slot: Slot) -> str:
     """The episode row (pending) with a fresh random key, registered with the proxy. Blocking."""
     key = "ek-" + secrets.token_urlsafe(24)
@@ -124,94 +191,133 @@ def create(ctx: RoundContext, slot: Slot) -> str:
     return key
 
 
+def setup(node: NodeContext, slot: Slot) -> Path:
+    """The episode's workspace, made and recorded as the patch's starting point; SetupFailed (the command and its
+    output) otherwise, with nothing left behind. Blocking; no store."""
+    workspace = stale.workspaces_root(node.run_dir) / slot.episode_id
+    try:
+        task = node.sources.local_task(slot.task)
+        prepare_workspace(task, workspace, setup_timeout_s=node.setup_timeout_s, sandbox=node.sandbox,
+                          limits=node.limits, container_runtime=node.container_runtime)
+        # The starting point of the agent's patch: the workspace after setup, kept where no sandbox mounts it.
+        snapshot_base(workspace, patch_base_dir(node.run_dir, slot.episode_id))
+    except (AlightError, OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(workspace, ignore_errors=True)
+        remove_base(patch_base_dir(node.run_dir, slot.episode_id))
+        if not isinstance(exc, AlightError):
+            exc = AlightError(f"task {slot.task.id}: the workspace's starting point could not be recorded: {exc}")
+        raise SetupFailed(exc.message + (f" ({exc.hint})" if exc.hint else "")) from None
+    return workspace
+
+
 def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
     """The workspace, or an `setup_failed` ending (stored) naming the command and its output. Blocking."""
     started = time.monotonic()
-    workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
     try:
-        task = ctx.sources.local_task(slot.task)
-        prepare_workspace(task, workspace, setup_timeout_s=ctx.setup_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits,
-                          container_runtime=ctx.container_runtime)
-        # The starting point of the agent's patch: the workspace after setup, kept where no sandbox mounts it.
-        snapshot_base(workspace, patch_base_dir(ctx.run_dir, slot.episode_id))
-    except (AlightError, OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(workspace, ignore_errors=True)
-        remove_base(patch_base_dir(ctx.run_dir, slot.episode_id))
-        if not isinstance(exc, AlightError):
-            exc = AlightError(f"task {slot.task.id}: the workspace's starting point could not be recorded: {exc}")
-        why = exc.message + (f" ({exc.hint})" if exc.hint else "")
-        ctx.store.update_episode(slot.episode_id, status="setup_failed", error=why, ended_at=time.time(), workspace=None)
-        return Ended(slot, "setup_failed", why=why.splitlines()[0])
+        workspace = setup(ctx.node(), slot)
+    except SetupFailed as exc:
+        record(ctx.store, slot.episode_id, setup_failed(exc.why))
+        return Ended(slot, "setup_failed", why=exc.why.splitlines()[0])
     return Prepared(slot, key, workspace, time.monotonic() - started)
+
+
+def setup_failed(why: str) -> Result:
+    return Result("setup_failed", error=why, why=why.splitlines()[0])
 
 
 async def run(ctx: RoundContext, item: Prepared) -> Ended:
     """Harness, hidden files, reward, store, cleanup. Cancelling it kills the harness (the runner's finally)."""
-    slot, timings, t0 = item.slot, {"prepare_s": item.prep_s}, time.monotonic()
-    spec = EpisodeSpec(
-        episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=item.workspace,
-        base_url=ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), api_key=item.key,
-        run_dir=ctx.run_dir, max_turns=ctx.max_turns, timeout_s=ctx.timeout_s or slot.task.timeout_s,
-        proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
-        proxy_listeners=ctx.proxy.listeners_path or None,
-        sandbox=ctx.sandbox, limits=ctx.limits, image=slot.task.image, container_runtime=ctx.container_runtime,
-        container_workdir=slot.task.container_workdir)
+    slot = item.slot
+    access = ProxyAccess(ctx.proxy.episode_base_url(slot.episode_id, ctx.recipe.protocol), item.key,
+                         proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
+                         proxy_listeners=ctx.proxy.listeners_path or None)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
+    result = await work(ctx.node(), slot, item.workspace, item.prep_s, access)
+    await asyncio.to_thread(record, ctx.store, slot.episode_id, result)
+    return await ended(ctx.store, slot, result)
+
+
+async def ended(store: Store, slot: Slot, result: Result) -> Ended:
+    """The progress line's view of a recorded episode (its completion tokens from the calls' summary index)."""
+    tokens = await asyncio.to_thread(_completion_tokens, store, slot.episode_id) if result.calls else 0
+    return Ended(slot, result.status, result.outcome, result.reward, result.calls, tokens, result.why, result.timings)
+
+
+def record(store: Store, episode_id: str, result: Result) -> None:
+    """The head's side: the episode's patch and ending into the store."""
+    if result.patch is not None:
+        made = result.patch
+        store.set_patch(episode_id, made.patch, made.files, made.size, made.error)
+    if result.status == "setup_failed":
+        store.update_episode(episode_id, status="setup_failed", error=result.error, ended_at=time.time(), workspace=None,
+                             outcome_detail=result.outcome_detail)
+        return
+    store.update_episode(episode_id, status=result.status, reward=result.reward, reward_detail=result.reward_detail,
+                         outcome=result.outcome, outcome_detail=result.outcome_detail, exit_code=result.exit_code,
+                         ended_at=time.time(), error=result.error)
+
+
+async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, access: ProxyAccess) -> Result:
+    """The harness in its sandbox, then the agent's patch, hidden files and reward, then the workspace removed.
+    No store: the caller records the Result. Cancelling it kills the harness (the runner's finally)."""
+    timings, t0 = {"prepare_s": prep_s}, time.monotonic()
+    spec = EpisodeSpec(
+        episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=workspace, base_url=access.base_url,
+        api_key=access.key, run_dir=node.run_dir, max_turns=node.max_turns, timeout_s=node.timeout_s or slot.task.timeout_s,
+        proxy_socket=access.proxy_socket, proxy_listeners=access.proxy_listeners, proxy_remote=access.proxy_remote,
+        sandbox=node.sandbox, limits=node.limits, image=slot.task.image, container_runtime=node.container_runtime,
+        container_workdir=slot.task.container_workdir)
     t = time.monotonic()
     seen: dict[str, Any] | None = None
+    assert node.count_calls is not None
     try:
-        outcome = await run_episode(ctx.recipe, ctx.installed, spec, ctx.count_calls, ctx.stopper)
+        outcome = await run_episode(node.recipe, node.installed, spec, node.count_calls, node.stopper)
         ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls
         seen = outcome.detail  # the sandbox it ran in, its peak use, leftovers killed: kept with the episode
         timings["harness_own_s"] = outcome.wall_s  # the harness process's own lifetime
     except (AlightError, OSError, ValueError) as exc:  # a harness that cannot start fails its episode only
         ending, reason, exit_code, calls = "harness_error", f"the harness could not start: {exc}", None, 0
     timings["harness_s"] = time.monotonic() - t
-    status, reward, error, detail = await asyncio.to_thread(_score, ctx, slot, item.workspace, timings)
-    fields = dict(status=status, reward=reward, reward_detail=detail, outcome=ending, outcome_detail=seen, exit_code=exit_code,
-                  ended_at=time.time(), error=error or (reason if ending != "finished" else None))
-    await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, **fields)
-    tokens = await asyncio.to_thread(_completion_tokens, ctx.store, slot.episode_id)
-    if not ctx.keep_workspaces:
-        await asyncio.to_thread(shutil.rmtree, item.workspace, True)
+    made, (status, reward, error, detail) = await asyncio.to_thread(_score, node, slot, workspace, timings)
+    if not node.keep_workspaces:
+        await asyncio.to_thread(shutil.rmtree, workspace, True)
     timings["run_s"] = time.monotonic() - t0
-    return Ended(slot, status, ending, reward, calls, tokens, error or reason, timings)
+    return Result(status, ending, reward, detail, seen, exit_code, error=error or (reason if ending != "finished" else None),
+                  why=error or reason, calls=calls, patch=made, timings=timings)
 
 
-def _score(ctx: RoundContext, slot: Slot, workspace: Path, timings: dict[str, float]) -> tuple[str, float | None, str | None, dict]:
+def _score(node: NodeContext, slot: Slot, workspace: Path,
+           timings: dict[str, float]) -> tuple[AgentPatch, tuple[str, float | None, str | None, dict]]:
     """Keep the agent's patch, reveal the hidden files and run the reward command (all after every process of the
     episode is gone)."""
-    base = patch_base_dir(ctx.run_dir, slot.episode_id)
+    base = patch_base_dir(node.run_dir, slot.episode_id)
     t = time.monotonic()
     made = agent_patch(workspace, base)
     remove_base(base)
-    ctx.store.set_patch(slot.episode_id, made.patch, made.files, made.size, made.error)
     timings["patch_s"] = time.monotonic() - t
     task = slot.task
-    if ctx.sandbox == "container" and task.swebench is not None and task.swebench.gradable:
+    if node.sandbox == "container" and task.swebench is not None and task.swebench.gradable:
         # The official verdict on the patch alone, in a fresh container of the instance's image.
         from agentlightning_cli.sandbox.container import runtime_path
         from agentlightning_cli.swebench_grade import grade
 
         if made.error is not None:
-            return "reward_error", None, made.error, {"error": made.error}
-        result = grade(task, made.patch, runtime=runtime_path(ctx.container_runtime), network=ctx.grading_network,
-                       timeout_s=ctx.reward_timeout_s)
+            return made, ("reward_error", None, made.error, {"error": made.error})
+        result = grade(task, made.patch, runtime=runtime_path(node.container_runtime), network=node.grading_network,
+                       timeout_s=node.reward_timeout_s)
         timings["reward_s"] = result.duration_s
-        status, reward, error = scoring.classify(result)
-        return status, reward, error, scoring.detail(result)
+        return made, (*scoring.classify(result), scoring.detail(result))
     try:
         # The source-cache copy of the task (already fetched for its workspace): a SWE-bench reveal reads the
         # base test files from there, never from the workspace's .git, which the agent had.
-        reveal_hidden_files(ctx.sources.local_task(slot.task), workspace)
+        reveal_hidden_files(node.sources.local_task(slot.task), workspace)
     except (AlightError, OSError) as exc:
         why = f"hidden files could not be revealed: {getattr(exc, 'message', exc)}"
-        return "reward_error", None, why, {"error": why}
-    result = run_reward(slot.task, workspace, timeout_s=ctx.reward_timeout_s, sandbox=ctx.sandbox, limits=ctx.limits,
-                        container_runtime=ctx.container_runtime)
+        return made, ("reward_error", None, why, {"error": why})
+    result = run_reward(slot.task, workspace, timeout_s=node.reward_timeout_s, sandbox=node.sandbox, limits=node.limits,
+                        container_runtime=node.container_runtime)
     timings["reward_s"] = result.duration_s
-    status, reward, error = scoring.classify(result)
-    return status, reward, error, scoring.detail(result)
+    return made, (*scoring.classify(result), scoring.detail(result))
 
 
 def _completion_tokens(store: Store, episode_id: str) -> int:

@@ -44,7 +44,9 @@ async def run_round(ctx: RoundContext, round_index: int, tasks: list[Any], attem
 
     try:
         with progress:
-            return await run_slots(ctx, plan.todo, concurrency, progress.started_one, on_end)
+            # Here, or on a Ray cluster's nodes (rollout/ray_executor.py): the same plan, store and endings.
+            runner = run_slots if ctx.executor is None else ctx.executor.run_slots
+            return await runner(ctx, plan.todo, concurrency, progress.started_one, on_end)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(mark_interrupted, ctx))
         raise

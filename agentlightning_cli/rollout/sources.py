@@ -1,6 +1,7 @@
 """A per-run cache of remote git sources: each (URL, base commit) is fetched once, every attempt copies locally.
 
-Eight attempts at a task on a 500 MB repository must not mean eight network fetches. The first workspace
+Eight attempts at a task on a 500 MB repository must not mean eight network fetches (nor one per process on a
+Ray worker node: the fetch is locked across processes). The first workspace
 for a task fetches its base commit (and ancestors, never later commits or tags) into a bare repository under
 `<run_dir>/sources/`; every workspace is then made from that bare repository, which is a local fetch.
 """
@@ -36,9 +37,24 @@ class SourceCache:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:  # other attempts at the same task wait for the one fetch instead of starting their own
             if key not in self._ready:
-                self._ready[key] = self._fetch(task, self.root / key)
+                self._ready[key] = self._fetch_once(task, key)
         return task.model_copy(update={"repo": str(self.root / key), "repo_kind": "git-dir",
                                        "base_commit": self._ready[key]})
+
+    def _fetch_once(self, task: Any, key: str) -> str:
+        """The fetched commit, fetching only if no process did before: the episodes of a Ray worker node run in
+        several processes that share one cache folder, so a file lock and a done-marker make it once per node."""
+        import fcntl
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        done = self.root / f"{key}.commit"
+        with open(self.root / f"{key}.lock", "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            if done.is_file():
+                return done.read_text().strip()
+            sha = self._fetch(task, self.root / key)
+            done.write_text(sha)
+            return sha
 
     def _fetch(self, task: Any, dest: Path) -> str:
         ref = task.base_commit or "HEAD"

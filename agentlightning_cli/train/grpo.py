@@ -90,19 +90,26 @@ def load_policy(base_model: Path, previous_adapter: Path | None, settings: Any, 
 
 
 def train(job: GRPORun) -> GRPOResult:
-    """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result."""
+    """Train LoRA on `job.rows`, save the adapter into `job.out_dir`; per-step metrics in the result. Under
+    `accelerate launch` when train.processes > 1 or train.accelerate_config is set (train/launched.py)."""
+    from agentlightning_cli.train import launched
+
+    if launched.wanted(job.settings) and not launched.inside():
+        return launched.train_launched(job)
     started = time.perf_counter()
     import_training_stack()  # before anything on this stack holds a model
     trainer, log = build_trainer(job)
     try:
         importance = trainer.round_importance
         trainer.train()
-        job.out_dir.mkdir(parents=True, exist_ok=True)
-        trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
-        for name in ("adapter_model.safetensors", "adapter_config.json"):
-            path = job.out_dir / name
-            if path.exists():
-                path.chmod(0o644)  # written 0600; vLLM may run as another user
+        if trainer.accelerator.is_main_process:  # one adapter, written once, whatever the number of processes
+            job.out_dir.mkdir(parents=True, exist_ok=True)
+            trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).save_pretrained(str(job.out_dir))
+            for name in ("adapter_model.safetensors", "adapter_config.json"):
+                path = job.out_dir / name
+                if path.exists():
+                    path.chmod(0o644)  # written 0600; vLLM may run as another user
+        trainer.accelerator.wait_for_everyone()
         steps = trainer.state.global_step
     finally:
         del trainer
@@ -190,16 +197,23 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
     if not job.temperature > 0:  # rows.usable_calls never lets a greedy call through; TRL divides logits by it
         raise AlightError(f"cannot train at sampling temperature {job.temperature}",
                           hint="calls sampled at temperature 0 (greedy) are not samples of the policy")
+    from transformers import set_seed
+
+    set_seed(s.seed)  # the new adapter's LoRA init is the seed's, whatever this process drew before (or launched)
     model, tokenizer, lora = load_policy(job.base_model, job.previous_adapter, s, job.rank)
-    gen_batch = s.batch_size * s.grad_accum
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch (train/launched.py)
+    if s.batch_size % world:
+        raise AlightError(f"train.batch_size {s.batch_size} does not split over {world} training processes",
+                          hint="make train.batch_size a multiple of train.processes (the rows per optimizer step)")
+    gen_batch = s.batch_size * s.grad_accum  # rows per optimizer step over all processes
     rows = pad_rows(job.rows, gen_batch, tokenizer.pad_token_id or 0)
     steps = max(1, len(rows) // gen_batch) * s.epochs
     on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        torch.set_num_threads(cpu_threads(s.cpu_threads))
+    if not on_gpu:  # the processes of one machine share its cores
+        torch.set_num_threads(max(1, cpu_threads(s.cpu_threads) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     config = dict(
         # output_dir: only TensorBoard writes there (save_strategy="no"), under runs/<time>/
-        output_dir=str(job.logging_dir or job.out_dir / ".trainer"), per_device_train_batch_size=s.batch_size,
+        output_dir=str(job.logging_dir or job.out_dir / ".trainer"), per_device_train_batch_size=s.batch_size // world,
         gradient_accumulation_steps=s.grad_accum, steps_per_generation=s.grad_accum,
         num_generations=2 if gen_batch % 2 == 0 else gen_batch, num_iterations=1, max_steps=steps,
         learning_rate=s.learning_rate, beta=0.0, loss_type=s.loss_type, temperature=job.temperature,

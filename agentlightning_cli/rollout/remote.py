@@ -1,0 +1,177 @@
+"""An episode on a Ray worker node: the node's side of `alight run --executor ray` (rollout/ray_executor.py).
+
+The head creates the episode's row and key and sends a NodeJob; here, on whichever node Ray placed it, the
+workspace is made (a task's git source fetched once per node, into the node's own folder), the harness runs in its
+sandbox, the patch is taken, the hidden files revealed and the reward run, exactly as `alight run` does it on one
+machine (episode.setup and episode.work). The node never touches the store: the Result goes back to the head,
+the store's only writer, with the node it ran on and the tails of the harness's logs.
+
+The harness reaches the head's proxy over TCP: sandboxed, through a relay from inside the sandbox to the proxy's
+address (the harness itself is handed a loopback URL, as on one machine); `--sandbox none`, directly. Whether an
+episode made any call (its `no_calls` ending) is asked of the proxy (GET /e/<id>/alight/calls with the key),
+which also measures the round trip from the node to the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentlightning_cli.config import EpisodeLimits
+from agentlightning_cli.rollout.plan import Slot
+
+LOG_TAIL_BYTES = 256 * 1024
+"""Of each of the harness's stdout and stderr, what the head keeps in its run's logs."""
+
+
+@dataclass
+class NodeJob:
+    """What the head sends for one episode (picklable: Ray ships it to the node)."""
+
+    run_id: str
+    slot: Slot
+    key: str
+    proxy_url: str
+    """The head's proxy as the nodes reach it, e.g. http://10.0.0.1:8123."""
+    recipe: Any
+    installed: Any
+    sandbox: str
+    limits: EpisodeLimits
+    timeout_s: float | None = None
+    max_turns: int | None = None
+    setup_timeout_s: float = 900.0
+    reward_timeout_s: float = 600.0
+    keep_workspaces: bool = False
+    container_runtime: str = "auto"
+    grading_network: bool = True
+
+
+@dataclass
+class NodeResult:
+    result: Any
+    """episode.Result"""
+    node: dict[str, Any] = field(default_factory=dict)
+    """node id, address, its folder for the run, the proxy's round trip from there (ms)."""
+    logs: dict[str, bytes] = field(default_factory=dict)
+    """stdout / stderr tails of the harness."""
+
+
+def node_dir(run_id: str) -> Path:
+    """This node's folder for the run: ALIGHT_NODE_DIR/<run id>, else under the system's temporary folder."""
+    root = os.environ.get("ALIGHT_NODE_DIR") or os.path.join(tempfile.gettempdir(), "alight-nodes")
+    return Path(root) / run_id
+
+
+class ProxyCalls:
+    """The call counter the runner needs, asked of the head's proxy; keeps the round trips it measured."""
+
+    def __init__(self, proxy_url: str, key: str, settle_s: float = 0.1, max_wait_s: float = 5.0):
+        self.proxy_url, self.key = proxy_url, key
+        self.settle_s, self.max_wait_s = settle_s, max_wait_s
+        self.round_trips_ms: list[float] = []
+
+    def read(self, episode_id: str) -> tuple[int, float | None]:
+        from agentlightning_cli.proxy.server import CALLS_PATH
+
+        request = urllib.request.Request(f"{self.proxy_url}/e/{episode_id}{CALLS_PATH}",
+                                         headers={"Authorization": f"Bearer {self.key}"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body = json.loads(answer.read())
+        self.round_trips_ms.append((time.perf_counter() - started) * 1000)
+        return int(body["calls"]), body.get("first_call_at")
+
+    def __call__(self, episode_id: str) -> tuple[int, float | None]:
+        """Re-read until the count stays the same for settle_s (a stream is recorded when it ends), as on one machine."""
+        deadline = time.monotonic() + self.max_wait_s
+        last = self.read(episode_id)
+        while time.monotonic() < deadline:
+            time.sleep(self.settle_s)
+            now = self.read(episode_id)
+            if now == last:
+                break
+            last = now
+        return last
+
+
+def access_for(job: NodeJob, sandboxed: bool) -> Any:
+    """How the harness reaches the head's proxy from here (episode.ProxyAccess)."""
+    from agentlightning_cli.proxy.server import episode_base_url
+    from agentlightning_cli.rollout.episode import ProxyAccess
+
+    url = urlsplit(job.proxy_url)
+    if not sandboxed:
+        return ProxyAccess(episode_base_url(job.proxy_url, job.slot.episode_id, job.recipe.protocol), job.key)
+    # The sandbox's forwarder listens on its own loopback at the proxy's port and relays to the head.
+    loopback = f"http://127.0.0.1:{url.port}"
+    return ProxyAccess(episode_base_url(loopback, job.slot.episode_id, job.recipe.protocol), job.key,
+                       proxy_remote=f"{url.hostname}:{url.port}")
+
+
+def run_on_node(job: NodeJob) -> NodeResult:
+    """The Ray task: one episode, start to reward, on this node. Blocking."""
+    import asyncio
+
+    from agentlightning_cli.rollout import episode
+    from agentlightning_cli.rollout.sources import SourceCache
+
+    folder = node_dir(job.run_id)
+    counter = ProxyCalls(job.proxy_url, job.key)
+    node = episode.NodeContext(
+        recipe=job.recipe, installed=job.installed, run_dir=folder, sources=SourceCache(folder / "sources"),
+        sandbox=job.sandbox, limits=job.limits, timeout_s=job.timeout_s, max_turns=job.max_turns,
+        setup_timeout_s=job.setup_timeout_s, reward_timeout_s=job.reward_timeout_s,
+        keep_workspaces=job.keep_workspaces, container_runtime=job.container_runtime,
+        grading_network=job.grading_network, count_calls=counter)
+    where = _where(folder)
+    missing = _missing_harness(job)
+    if missing is not None:  # the episode cannot start here: ended like a failed setup (no workspace, no reward)
+        return NodeResult(episode.setup_failed(missing), where)
+    started = time.monotonic()
+    try:
+        workspace = episode.setup(node, job.slot)
+    except episode.SetupFailed as exc:
+        return NodeResult(episode.setup_failed(exc.why), where)
+    access = access_for(job, job.sandbox != "none")
+    result = asyncio.run(episode.work(node, job.slot, workspace, time.monotonic() - started, access))
+    if counter.round_trips_ms:
+        trips = sorted(counter.round_trips_ms)
+        where["proxy_round_trip_ms"] = round(trips[len(trips) // 2], 3)  # the median of this episode's asks
+    result.outcome_detail = {**(result.outcome_detail or {}), "node": where}
+    return NodeResult(result, where, _log_tails(folder, job.slot.episode_id))
+
+
+def _where(folder: Path) -> dict[str, Any]:
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "address": ray.util.get_node_ip_address(),
+            "folder": str(folder), "pid": os.getpid()}
+
+
+def _missing_harness(job: NodeJob) -> str | None:
+    installed = job.installed
+    if installed.external or Path(installed.executable).exists():
+        return None
+    return (f"{job.recipe.name} is not installed on this node ({installed.executable} is missing): run "
+            f"`alight harness install {job.recipe.name}` on every node of the cluster, with the same ALIGHT_HOME")
+
+
+def _log_tails(folder: Path, episode_id: str) -> dict[str, bytes]:
+    tails = {}
+    for name in ("stdout", "stderr"):
+        path = folder / "logs" / "episodes" / f"{episode_id}.{name}"
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - LOG_TAIL_BYTES))
+                tails[name] = fh.read()
+        except OSError:
+            continue
+    return tails
