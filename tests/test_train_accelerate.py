@@ -39,10 +39,16 @@ def test_two_processes_train_the_same_adapter_as_one(tmp_path: Path, tiny: Path)
     assert one.steps == two.steps == 2
     a, b = _tensors(tmp_path / "one"), _tensors(tmp_path / "two")
     assert a.keys() == b.keys()
-    moved = max(float(t.abs().max()) for k, t in a.items() if "lora_B" in k)
-    assert moved > 1e-3  # the step moved the adapter, so equality below is not two untouched inits
-    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-    assert worst < 1e-5 * max(1.0, moved), worst
+    # lora_B starts at zero and lora_A from the seed: B is what training moved, A what the second step moved.
+    moved = torch.cat([a[k].flatten() for k in sorted(a) if "lora_B" in k])
+    apart = torch.cat([(a[k] - b[k]).flatten() for k in sorted(a) if "lora_B" in k])
+    assert float(moved.norm()) > 1e-2  # the steps moved the adapter: equality below is not two untouched inits
+    assert float(apart.norm() / moved.norm()) < 1e-4  # measured 2.4e-6: the order of float sums, nothing more
+    # A moves only in the second step, by Adam's lr-sized first moves on gradients near zero, where the order of
+    # a sum can flip a tiny component: compared as a whole (measured 1.3e-5 of its norm).
+    a_all = torch.cat([a[k].flatten() for k in sorted(a) if "lora_A" in k])
+    b_all = torch.cat([b[k].flatten() for k in sorted(a) if "lora_A" in k])
+    assert float((a_all - b_all).norm() / a_all.norm()) < 1e-4
     steps = store.list_train_steps(run.id, 0)  # written by the launched main process, step by step
     assert [s.step for s in steps] == [1, 2] and all(s.loss is not None and s.rows == 4 for s in steps)
     assert [round(m["loss"], 5) for m in one.metrics] == pytest.approx([round(m["loss"], 5) for m in two.metrics],

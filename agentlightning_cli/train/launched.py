@@ -48,15 +48,21 @@ def launch_argv(settings: Any, folder: Path) -> list[str]:
                               hint="write one with `accelerate config --config_file FILE`, or unset it")
         argv += ["--config_file", str(config)]
     else:
-        import torch
-
-        argv += ["--num_processes", str(settings.processes), "--num_machines", "1", "--mixed_precision", "no",
-                 "--dynamo_backend", "no"]
-        if not torch.cuda.is_available():
-            argv += ["--cpu"]  # gloo between the processes
-        else:
-            argv += ["--multi_gpu"]
+        # accelerate's multi-process launcher (torchrun underneath); on a machine without GPUs the processes find
+        # no CUDA, the trainer asks for the CPU and accelerate joins them with gloo. (Its --cpu launcher would want
+        # MPI for more than one process.)
+        argv += ["--multi_gpu", "--num_processes", str(settings.processes), "--num_machines", "1",
+                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
+                 "--main_process_port", str(_free_port())]
     return argv + ["-m", "agentlightning_cli.train.launched", str(folder)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def train_launched(job: Any) -> Any:
@@ -123,7 +129,9 @@ def main(folder: str) -> None:
     folder_path = Path(folder)
     with open(folder_path / "job.pkl", "rb") as fh:
         job = pickle.load(fh)
-    main_process = int(os.environ.get("RANK", "0")) == 0
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    print(f"alight train: process {rank + 1} of {world} ({len(job.rows)} rows)", file=sys.stderr, flush=True)
+    main_process = rank == 0
     if main_process:
         steps = open(folder_path / "steps.jsonl", "a", encoding="utf-8")
 

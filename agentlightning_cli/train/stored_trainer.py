@@ -106,6 +106,27 @@ class StoredGRPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size)
         return logps
 
+    def _log_batch(self, inputs: list[dict[str, Any]], *tensors: Any) -> None:
+        """The step's metrics over every training process (each holds its shard of the rows): rewards, rows, calls,
+        tokens and importance weights gathered, so the store sees the whole step, not the main process's share."""
+        from accelerate.utils import gather_object
+
+        parts = gather_object([_batch_numbers(inputs, *tensors)])
+        rewards = torch.tensor([r for p in parts for r in p["rewards"]] or [0.0])
+        metrics = self._metrics["train"]
+        metrics["reward"].append(rewards.mean().item())
+        metrics["reward_std"].append(rewards.std().item() if len(rewards) > 1 else 0.0)
+        metrics["rows"].append(float(sum(p["rows"] for p in parts)))
+        metrics["merged_calls"].append(float(sum(p["calls"] for p in parts)))
+        metrics["tokens"].append(float(sum(p["tokens"] for p in parts)))
+        trained = [p for p in parts if p["trained"]]
+        if trained:
+            count = sum(p["trained"] for p in trained)
+            metrics["importance/mean"].append(sum(p["rho_sum"] for p in trained) / count)
+            metrics["importance/min"].append(min(p["rho_min"] for p in trained))
+            metrics["importance/max"].append(max(p["rho_max"] for p in trained))
+            metrics["sampling_logp_difference/mean"].append(sum(p["diff_sum"] for p in trained) / count)
+
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
         # Each row once per epoch: groups are ours (advantages precomputed), so no repeating a prompt
         # num_generations times. The block is still handed out steps_per_generation times (TRL buffers it).
@@ -129,21 +150,7 @@ class StoredGRPOTrainer(GRPOTrainer):
         rho = importance_weights(old_logps, vllm_logps, loss_mask.to(old_logps.dtype), self.is_mode, self.is_cap)
         advantage = torch.tensor([x["advantage"] for x in inputs], dtype=old_logps.dtype, device=device)
 
-        real = [x for x in inputs if x["calls"] > 0]  # padding rows have no calls
-        rewards = torch.tensor([x["reward"] for x in real] or [0.0])
-        metrics = self._metrics["train"]
-        metrics["reward"].append(rewards.mean().item())
-        metrics["reward_std"].append(rewards.std().item() if len(real) > 1 else 0.0)
-        metrics["rows"].append(float(len(real)))
-        metrics["merged_calls"].append(float(sum(x["calls"] for x in real)))
-        metrics["tokens"].append(float(prompt_mask.sum().item() + completion_mask.sum().item()))
-        trained = loss_mask.bool()
-        if trained.any():
-            metrics["importance/mean"].append(rho[trained].mean().item())
-            metrics["importance/min"].append(rho[trained].min().item())
-            metrics["importance/max"].append(rho[trained].max().item())
-            diff = (old_logps - vllm_logps).abs()[trained]
-            metrics["sampling_logp_difference/mean"].append(diff.mean().item())
+        self._log_batch(inputs, prompt_mask, completion_mask, loss_mask, rho, old_logps, vllm_logps)
         return {
             "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
             "completion_ids": completion_ids, "completion_mask": completion_mask, "tool_mask": tool_mask,
@@ -151,6 +158,19 @@ class StoredGRPOTrainer(GRPOTrainer):
             "advantages": advantage[:, None] * rho,
             "old_per_token_logps": old_logps, "num_items_in_batch": num_items_in_batch,
         }
+
+
+def _batch_numbers(inputs: list[dict[str, Any]], prompt_mask: Any, completion_mask: Any, loss_mask: Any, rho: Any,
+                   old_logps: Any, vllm_logps: Any) -> dict[str, Any]:
+    """One process's share of an optimizer step's metrics, in sums that add up over processes."""
+    real = [x for x in inputs if x["calls"] > 0]  # padding rows have no calls
+    trained = loss_mask.bool()
+    out = {"rewards": [x["reward"] for x in real], "rows": len(real), "calls": sum(x["calls"] for x in real),
+           "tokens": float(prompt_mask.sum().item() + completion_mask.sum().item()), "trained": int(trained.sum())}
+    if trained.any():
+        out.update(rho_sum=rho[trained].sum().item(), rho_min=rho[trained].min().item(),
+                   rho_max=rho[trained].max().item(), diff_sum=(old_logps - vllm_logps).abs()[trained].sum().item())
+    return out
 
 
 def importance_summary(records: list[dict[str, Any]], mode: str, cap: float) -> dict[str, Any]:
