@@ -232,8 +232,22 @@ def harness_list(
 def harness_install(
     name: Annotated[str, typer.Argument(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
     force: Annotated[bool, typer.Option("--force", help="Reinstall even if this version is already there.")] = False,
+    ray_address: Annotated[Optional[str], typer.Option(help="Install on every node of this Ray cluster that offers episode slots (the alight_episode resource), each into its own ALIGHT_HOME, for `alight run --executor ray`.")] = None,
 ) -> None:
     """Install a harness into its own folder under ALIGHT_HOME/harnesses/ (once; progress on stderr)."""
+    if ray_address is not None:
+        from agentlightning_cli.rollout.ray_executor import install_on_nodes
+
+        failed = 0
+        for node in install_on_nodes(name, ray_address, force=force):
+            if "error" in node:
+                failed += 1
+                typer.echo(f"{node['address']} (node {node['node_id'][:8]}): FAILED: {node['error']}", err=True)
+            else:
+                typer.echo(f"{node['address']} (node {node['node_id'][:8]}): {node['installed']} ({node['version']})")
+        if failed:
+            raise typer.Exit(1)
+        return
     from agentlightning_cli.commands.harness import install_harness
 
     found = install_harness(name, force=force)

@@ -208,6 +208,14 @@ class ContainerSettings(Section):
     """Before the round: pull the images that are not present (`missing`), none (`never`), or all (`always`)."""
 
 
+class RaySettings(Section):
+    """`alight run --executor ray`: read on each worker node (its own alight.yaml or ALIGHT_RAY__* environment)."""
+
+    node_dir: Path | None = None
+    """Where a node keeps the folders of the episodes it runs (workspaces, harness folders, logs, the git source
+    cache), under <node_dir>/<run id>/. Empty: alight-nodes/ in the system's temporary folder."""
+
+
 class Settings(Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".alight")
     """Caches: models, harness installs. ALIGHT_HOME."""
@@ -226,6 +234,7 @@ class Settings(Section):
     `image` or `container.image`, on podman or docker) or `none` (on the host; must be chosen explicitly)."""
     container: ContainerSettings = Field(default_factory=ContainerSettings)
     episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
+    ray: RaySettings = Field(default_factory=RaySettings)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

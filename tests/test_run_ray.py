@@ -18,19 +18,22 @@ import pytest
 from agentlightning_cli.rollout.plan import FINAL
 from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
 from tests import run_support as rs
+from tests.harness_support import harness_home
 
 FIX = "sed -i 's/a - b/a + b/' calc.py"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Head (no episode slots) + two worker nodes with two slots each. Workers inherit ALIGHT_NODE_DIR: each
+    """Head (no episode slots) + two worker nodes with two slots each. Workers inherit ALIGHT_RAY__NODE_DIR: each
     episode's folder on its node is under it, never in the head's run folder."""
     from ray.cluster_utils import Cluster
 
     node_dir = tmp_path_factory.mktemp("nodes")
-    before = os.environ.get("ALIGHT_NODE_DIR")
-    os.environ["ALIGHT_NODE_DIR"] = str(node_dir)
+    # What every node's processes inherit: its folder for episodes, and the test harness installs as ALIGHT_HOME.
+    node_env = {"ALIGHT_RAY__NODE_DIR": str(node_dir), "ALIGHT_HOME": str(harness_home())}
+    before = {k: os.environ.get(k) for k in node_env}
+    os.environ.update(node_env)
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 ** 2}
     c = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
     workers = [c.add_node(**small, resources={"alight_episode": 2}) for _ in range(2)]
@@ -39,10 +42,11 @@ def cluster(tmp_path_factory):
         yield c, workers, node_dir
     finally:
         c.shutdown()
-        if before is None:
-            os.environ.pop("ALIGHT_NODE_DIR", None)
-        else:
-            os.environ["ALIGHT_NODE_DIR"] = before
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _args(tasks: Path, fake: FakeVLLM, out: Path, address: str, attempts: int = 2) -> list[str]:
@@ -87,6 +91,36 @@ def test_a_round_runs_every_episode_on_a_worker_node_and_the_head_stores_it_once
     assert not (out / "workspaces").exists() or not any((out / "workspaces").iterdir())
     summary = " ".join(done.stdout.split())
     assert f"Ray ran the episodes on {len(nodes)} node(s)" in summary and "proxy round trip" in summary, summary
+
+
+def test_endings_on_a_node_are_the_same_as_on_one_machine(cluster, tmp_path):
+    """A call refused over the budget stops the harness on its node (budget_exceeded); a source the node cannot
+    fetch is setup_failed with the git error; the others are scored as usual."""
+    import json
+
+    rs.ensure_mini()
+    c, _, _ = cluster
+    tasks = rs.calc_task_set(tmp_path, [
+        {"id": "ok", "prompt": "fix add"},
+        {"id": "chatty", "prompt": "LOOP: keep going"},
+        {"id": "no-repo", "prompt": "fix", "repo": f"file://{tmp_path}/missing.git"},
+    ])
+
+    def reply(body: dict) -> dict:
+        if "LOOP" in json.dumps(body.get("messages")):  # never submits: runs into the call budget
+            return rs.shell_call("mini-swe-agent", "true")
+        return rs.mini_script(lambda text: FIX)(body)
+
+    out = tmp_path / "runs" / "r4"
+    with FakeVLLM(FakeScript(reply=reply, served_models=["policy-r0"])) as fake:
+        done = rs.alight(_args(tasks, fake, out, c.address, attempts=1) + ["--max-calls", "3"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    by = {e.task_id: e for e in _final(out)}
+    assert (by["ok"].status, by["ok"].outcome, by["ok"].reward) == ("done", "finished", 1.0)
+    assert (by["chatty"].status, by["chatty"].outcome, by["chatty"].reward) == ("done", "budget_exceeded", 0.0)
+    assert "budget" in by["chatty"].error
+    assert by["no-repo"].status == "setup_failed" and "cannot fetch" in by["no-repo"].error
+    assert by["no-repo"].reward is None
 
 
 def _sleepers(seconds: str) -> list[int]:
@@ -203,3 +237,13 @@ def test_the_nodes_reach_the_proxy_where_it_listens_and_a_loopback_proxy_is_refu
     executor._ray = _StubRay("10.0.0.1", [("10.0.0.1", 8)])  # every episode slot on this machine: loopback is fine
     executor.set_proxy("http://127.0.0.1:8123")
     assert executor.proxy_url == "http://127.0.0.1:8123"
+
+
+def test_harness_install_runs_on_every_node_with_episode_slots(cluster, tmp_path):
+    rs.ensure_mini()
+    c, workers, _ = cluster
+    done = rs.alight(["harness", "install", "mini-swe-agent", "--ray-address", c.address], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 and {w.node_id[:8] for w in workers} == {line.split("(node ")[1][:8] for line in lines}
+    assert all("mini-swe-agent" in line for line in lines), lines

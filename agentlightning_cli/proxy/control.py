@@ -66,6 +66,8 @@ class Budgets:
         self.usage: dict[str, Usage] = {}
         self.on_exceeded: Callable[[str, str], None] | None = None
         """Told (episode id, reason) when a call is refused, e.g. to stop that episode's harness."""
+        self.refusals: dict[str, str] = {}
+        """Episode id -> why its last call was refused: asked by runners on other machines (rollout/remote.py)."""
 
     def check(self, episode_id: str) -> str | None:
         """Reserve one call; returns the reason when the episode is over budget (nothing reserved)."""
@@ -79,6 +81,7 @@ class Budgets:
         return None
 
     def refused(self, episode_id: str, reason: str) -> None:
+        self.refusals[episode_id] = reason
         if self.on_exceeded is not None:
             try:
                 self.on_exceeded(episode_id, reason)

@@ -57,7 +57,7 @@ def _json(status: int, body: bytes) -> Response:
 
 
 CALLS_PATH = "/alight/calls"
-"""GET /e/<episode>/alight/calls (with the episode's key): {"calls": n, "first_call_at": t}."""
+"""GET /e/<episode>/alight/calls (with the episode's key): {"calls": n, "first_call_at": t, "over_budget": why}."""
 
 
 def episode_base_url(proxy_url: str, episode_id: str, protocol: str = "openai-chat") -> str:
@@ -215,7 +215,8 @@ class Proxy:
             # The episode's recorded LLM calls, for a runner on another machine (rollout/remote.py) that judges
             # its harness's ending (no_calls) without the store.
             calls, first = await asyncio.to_thread(self.store.llm_call_count, episode_id)
-            return _json(200, dumps({"calls": calls, "first_call_at": first}))
+            return _json(200, dumps({"calls": calls, "first_call_at": first,
+                                     "over_budget": self.budgets.refusals.get(episode_id)}))
         path = request.path_qs[len("/e/") + len(episode_id):] or "/"
         assert self._parts is not None  # requests only arrive after start()
         ex = Exchange(self._parts, request, episode_id, path, protocol, started)

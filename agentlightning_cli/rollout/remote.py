@@ -8,8 +8,9 @@ the store's only writer, with the node it ran on and the tails of the harness's 
 
 The harness reaches the head's proxy over TCP: sandboxed, through a relay from inside the sandbox to the proxy's
 address (the harness itself is handed a loopback URL, as on one machine); `--sandbox none`, directly. Whether an
-episode made any call (its `no_calls` ending) is asked of the proxy (GET /e/<id>/alight/calls with the key),
-which also measures the round trip from the node to the proxy.
+episode made any call (its `no_calls` ending) and whether the proxy refused a call over the episode's budget (its
+harness is then stopped, `budget_exceeded`, as on one machine) are asked of the proxy (GET /e/<id>/alight/calls
+with the key, once a second while the harness runs), which also measures the round trip from the node.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -64,9 +66,12 @@ class NodeResult:
 
 
 def node_dir(run_id: str) -> Path:
-    """This node's folder for the run: ALIGHT_NODE_DIR/<run id>, else under the system's temporary folder."""
-    root = os.environ.get("ALIGHT_NODE_DIR") or os.path.join(tempfile.gettempdir(), "alight-nodes")
-    return Path(root) / run_id
+    """This node's folder for the run: the node's ray.node_dir setting /<run id>, else under the system's temporary
+    folder."""
+    from agentlightning_cli.config import load_settings
+
+    root = load_settings().ray.node_dir or Path(tempfile.gettempdir()) / "alight-nodes"
+    return Path(root).expanduser() / run_id
 
 
 class ProxyCalls:
@@ -77,7 +82,7 @@ class ProxyCalls:
         self.settle_s, self.max_wait_s = settle_s, max_wait_s
         self.round_trips_ms: list[float] = []
 
-    def read(self, episode_id: str) -> tuple[int, float | None]:
+    def ask(self, episode_id: str) -> dict[str, Any]:
         from agentlightning_cli.proxy.server import CALLS_PATH
 
         request = urllib.request.Request(f"{self.proxy_url}/e/{episode_id}{CALLS_PATH}",
@@ -86,7 +91,23 @@ class ProxyCalls:
         with urllib.request.urlopen(request, timeout=30) as answer:
             body = json.loads(answer.read())
         self.round_trips_ms.append((time.perf_counter() - started) * 1000)
+        return body
+
+    def read(self, episode_id: str) -> tuple[int, float | None]:
+        body = self.ask(episode_id)
         return int(body["calls"]), body.get("first_call_at")
+
+    def watch_budget(self, episode_id: str, stopper: Any, done: threading.Event, every_s: float = 1.0) -> None:
+        """Until `done`: once the proxy has refused a call of the episode over its budget, stop its harness (as the
+        proxy's own callback does on one machine)."""
+        while not done.wait(every_s):
+            try:
+                why = self.ask(episode_id).get("over_budget")
+            except (OSError, ValueError):
+                continue  # the head is briefly unreachable: the next ask decides
+            if why and episode_id in stopper.running:  # the harness has started: it hears the stop
+                stopper(episode_id, why)
+                return
 
     def __call__(self, episode_id: str) -> tuple[int, float | None]:
         """Re-read until the count stays the same for settle_s (a stream is recorded when it ends), as on one machine."""
@@ -140,7 +161,14 @@ def run_on_node(job: NodeJob) -> NodeResult:
     except episode.SetupFailed as exc:
         return NodeResult(episode.setup_failed(exc.why), where)
     access = access_for(job, job.sandbox != "none")
-    result = asyncio.run(episode.work(node, job.slot, workspace, time.monotonic() - started, access))
+    done = threading.Event()
+    watcher = threading.Thread(target=counter.watch_budget, args=(job.slot.episode_id, node.stopper, done), daemon=True)
+    watcher.start()
+    try:
+        result = asyncio.run(episode.work(node, job.slot, workspace, time.monotonic() - started, access))
+    finally:
+        done.set()
+        watcher.join(5)
     if counter.round_trips_ms:
         trips = sorted(counter.round_trips_ms)
         where["proxy_round_trip_ms"] = round(trips[len(trips) // 2], 3)  # the median of this episode's asks
