@@ -1,4 +1,4 @@
-"""Scale-out numbers for one head (issue: past one machine). Two measurements so far:
+"""Scale-out numbers for one head (issue: past one machine). Three measurements:
 
 1. upstreams   the real proxy in front of 1 or 2 scripted vLLM servers, `--episodes` concurrent clients (one
                episode each, `--calls` sequential chat calls, ~1.5 KB bodies), interleaved rounds, median calls/s:
@@ -10,9 +10,15 @@
                `--store-episodes` episodes of bench/store.py's growing agent calls, interleaved call by call as
                concurrent episodes arrive; sustained calls/s and MB/s of request bodies, and from it the episode
                rate one head's single SQLite writer can take at that size.
+3. executors   a round of `--executor-episodes` mini-SWE-agent episodes (bench/rollout.py's task: one fix, then
+               submit, a unittest reward; sandboxed) at `--executor-concurrency`, with the local executor and
+               with the Ray executor on a Ray started on this machine (that many `alight_episode` slots),
+               interleaved rounds after one warm-up pair: episodes/min each and Ray's cost per episode (the
+               head's wait from sending the episode to its result, minus the node's own time on it).
 
-    python bench/scale.py [--episodes 16] [--calls 10] [--capacity 4] [--delay-ms 20] [--rounds 3]
-                          [--store-episodes 16] [--store-calls 40] [--out bench/results/scale.json]
+    python bench/scale.py [--only upstreams,store,executors] [--episodes 16] [--calls 10] [--capacity 4]
+                          [--delay-ms 20] [--rounds 3] [--store-episodes 16] [--store-calls 40]
+                          [--executor-episodes 8] [--executor-concurrency 2] [--out bench/results/scale.json]
 """
 
 from __future__ import annotations
@@ -137,6 +143,80 @@ def store_rate(episodes: int, calls: int) -> dict:
             "prompt_tokens_at_last_call": len(traffic[0][-1]["prompt"])}
 
 
+def _bench_rollout():
+    spec = importlib.util.spec_from_file_location("bench_rollout", ROOT / "bench" / "rollout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _executor_round(home: Path, work: Path, n: int, concurrency: int, executor) -> dict:
+    """One round of n mini-SWE-agent episodes (bench/rollout.py's task and script) played as `alight run` plays it,
+    here (executor None) or through the Ray executor."""
+    from agentlightning_cli.config import load_settings
+    from agentlightning_cli.harness.install import require_installed
+    from agentlightning_cli.harness.recipe import load
+    from agentlightning_cli.rollout.episode import RoundContext
+    from agentlightning_cli.rollout.round import run_round
+    from agentlightning_cli.rollout.sources import SourceCache
+    from agentlightning_cli.tasks import load_tasks
+    from agentlightning_cli.testing.proxy_env import ProxyEnv
+
+    rollout = _bench_rollout()
+    settings = load_settings()
+    tasks = load_tasks(rollout.task_set(work / "set", n))
+    recipe = load("mini-swe-agent")
+    installed = require_installed(recipe, home)
+    async with ProxyEnv(work / "run", rollout.script()) as env:
+        run = env.store.create_run("bench", {})
+        rnd = env.store.create_round(run.id, 0, "policy-r0", None)
+        ctx = RoundContext(store=env.store, proxy=env.proxy, recipe=recipe, installed=installed, run_id=run.id,
+                           round_id=rnd.id, run_dir=work / "run", sources=SourceCache(work / "run" / "sources"),
+                           sandbox=settings.sandbox, limits=settings.episode_limits, stopper=env.stopper,
+                           executor=executor)
+        if executor is not None:
+            executor.set_proxy(env.proxy.base_url)
+        t0 = time.monotonic()
+        ended = await run_round(ctx, 0, tasks, 1, concurrency)
+        wall = time.monotonic() - t0
+    bad = [(e.status, e.why) for e in ended if e.status != "done" or e.reward != 1.0]
+    if bad:
+        raise SystemExit(f"episodes did not all solve: {bad}")
+    out = {"wall_s": wall, "epm": n / wall * 60}
+    if executor is not None:  # the head's wait per episode beyond what the node itself spent on it
+        out["ray_overhead_ms"] = statistics.mean(
+            (e.timings["head_wait_s"] - e.timings["prepare_s"] - e.timings["run_s"]) * 1000 for e in ended)
+    return out
+
+
+def executors(episodes: int, concurrency: int, rounds: int) -> dict:
+    """Episodes per minute with the local executor and the Ray executor (a Ray started on this machine with
+    `concurrency` episode slots) at the same concurrency, interleaved rounds; Ray's cost per episode."""
+    from agentlightning_cli.rollout.ray_executor import RayExecutor
+
+    home = Path(os.environ.get("HARNESS_TEST_HOME") or Path.home() / ".cache" / "alight-test-home")
+    os.environ["ALIGHT_HOME"] = str(home)  # the Ray workers started below inherit it
+    ray_executor = RayExecutor(None, concurrency)
+    ray_executor.connect()
+    runs: dict[str, list[dict]] = {"local": [], "ray": []}
+    try:
+        for i in range(rounds + 1):  # the first pair warms both (Ray's worker processes import alight once)
+            for label, executor in (("local", None), ("ray", ray_executor)):
+                with tempfile.TemporaryDirectory(prefix="alight-bench-scale-exec-") as tmp:
+                    row = asyncio.run(_executor_round(home, Path(tmp), episodes, concurrency, executor))
+                if i:
+                    runs[label].append(row)
+    finally:
+        ray_executor.close()
+    local = statistics.median(r["epm"] for r in runs["local"])
+    ray = statistics.median(r["epm"] for r in runs["ray"])
+    return {"episodes": episodes, "concurrency": concurrency, "rounds": rounds,
+            "episodes_per_min": {"local": round(local, 2), "ray": round(ray, 2)},
+            "ratio_ray_over_local": round(ray / local, 3),
+            "ray_overhead_ms_per_episode": round(statistics.median(r["ray_overhead_ms"] for r in runs["ray"]), 1),
+            "runs": runs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=16)
@@ -146,21 +226,35 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--store-episodes", type=int, default=16)
     ap.add_argument("--store-calls", type=int, default=40)
+    ap.add_argument("--executor-episodes", type=int, default=8)
+    ap.add_argument("--executor-concurrency", type=int, default=2)
+    ap.add_argument("--only", default="upstreams,store,executors",
+                    help="comma-separated parts to measure; the others keep their numbers from --out")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()[0]}}
-    result["upstreams"] = up = asyncio.run(upstreams(args.episodes, args.calls, args.capacity, args.delay_ms,
-                                                     args.rounds))
-    print(f"{'proxy, calls/s (median)':34} {'1 server':>9} {'2 servers':>10} {'ratio':>6}")
-    for kind in ("capacity", "instant"):
-        row = up[kind]
-        label = f"{kind} ({args.capacity} at once, {args.delay_ms:g} ms)" if kind == "capacity" else kind
-        print(f"{label:34} {row['calls_per_s']['1 server']:>9} {row['calls_per_s']['2 servers']:>10} "
-              f"{row['ratio_2_over_1']:>6}")
-    result["store"] = st = store_rate(args.store_episodes, args.store_calls)
-    print(f"store writes: {st['calls_per_s']} calls/s sustained ({st['calls']} calls of {st['episodes']} interleaved "
-          f"episodes, {st['request_body_mb_per_s']} MB/s of request bodies; prompts grow to "
-          f"{st['prompt_tokens_at_last_call']} tokens): {st['episodes_per_s_at_this_size']} such episodes/s")
+    only = {p.strip() for p in args.only.split(",") if p.strip()}
+    result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    result["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()[0]}
+    if "upstreams" in only:
+        result["upstreams"] = up = asyncio.run(upstreams(args.episodes, args.calls, args.capacity, args.delay_ms,
+                                                         args.rounds))
+        print(f"{'proxy, calls/s (median)':34} {'1 server':>9} {'2 servers':>10} {'ratio':>6}")
+        for kind in ("capacity", "instant"):
+            row = up[kind]
+            label = f"{kind} ({args.capacity} at once, {args.delay_ms:g} ms)" if kind == "capacity" else kind
+            print(f"{label:34} {row['calls_per_s']['1 server']:>9} {row['calls_per_s']['2 servers']:>10} "
+                  f"{row['ratio_2_over_1']:>6}")
+    if "store" in only:
+        result["store"] = st = store_rate(args.store_episodes, args.store_calls)
+        print(f"store writes: {st['calls_per_s']} calls/s sustained ({st['calls']} calls of {st['episodes']} "
+              f"interleaved episodes, {st['request_body_mb_per_s']} MB/s of request bodies; prompts grow to "
+              f"{st['prompt_tokens_at_last_call']} tokens): {st['episodes_per_s_at_this_size']} such episodes/s")
+    if "executors" in only:
+        result["executors"] = ex = executors(args.executor_episodes, args.executor_concurrency, args.rounds)
+        label = f"{ex['episodes']} x mini-SWE-agent, {ex['concurrency']} at once"
+        print(f"{'episodes/min (median)':34} {'local':>9} {'ray':>10} {'ratio':>6}  Ray's cost per episode")
+        print(f"{label:34} {ex['episodes_per_min']['local']:>9} {ex['episodes_per_min']['ray']:>10} "
+              f"{ex['ratio_ray_over_local']:>6}  {ex['ray_overhead_ms_per_episode']} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")

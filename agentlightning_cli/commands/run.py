@@ -71,7 +71,13 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     elif settings.sandbox == "container":  # every image checked once now, not an error per episode later
         tasks = container_images(settings, tasks, recipe, installed)
     model = None
-    if opts.upstream is None:
+    if opts.upstream is not None and opts.model is not None:  # --rounds on servers alight did not start: the trainer's
+        from agentlightning_cli.serve.policy import resolve_model
+        from agentlightning_cli.serve.vllm import check_model_dir
+
+        model = resolve_model(settings, opts.model)
+        check_model_dir(model)
+    elif opts.upstream is None:
         from agentlightning_cli.serve.policy import resolve_model
         from agentlightning_cli.serve.vllm import check_model_dir
 
@@ -102,6 +108,8 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
 
         probe = probe_upstreams(opts.upstream)
         settings.proxy.sampling.token_ids = probe.token_ids
+        if probe.max_model_len:  # the servers' context: the longest row a round trains on
+            settings.serve.max_model_len = probe.max_model_len
     run_dir.mkdir(parents=True, exist_ok=True)
     with stale.RunLock(run_dir):
         killed = stale.kill_run_processes(run_dir)
@@ -178,8 +186,13 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
     status = "failed"
     try:
         if opts.upstream is not None:
-            summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, None,
-                                             probe.model, probe))
+            remote = None
+            if opts.rounds > 1:  # each round's adapter loaded on the given servers (serve/remote_policy.py)
+                from agentlightning_cli.serve.remote_policy import RemotePolicy
+
+                remote = RemotePolicy(run_dir, opts.upstream, probe.model, model)
+            summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, remote,
+                                             probe.model, probe, model))
         else:
             with lifecycle.vllm_upstream(settings, run_dir, model, trains=opts.rounds > 1) as policy:
                 summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_urls, policy,
@@ -242,7 +255,7 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
             shared.executor.set_proxy(proxy.base_url)
         work = asyncio.ensure_future(run_rounds(settings, opts, shared, tasks, policy, model))
         waits = {work, asyncio.ensure_future(stop.wait())}
-        if policy is not None:
+        if policy is not None and policy.starts_servers:
             waits.add(asyncio.ensure_future(_watch_vllm(policy)))
         done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for fut in pending:

@@ -67,15 +67,18 @@ def check_numbers(opts: RunOptions) -> None:
         raise AlightError(f"--executor must be local or ray, not {opts.executor!r}")
     if opts.ray_address is not None and opts.executor != "ray":
         raise AlightError("--ray-address needs --executor ray")
-    if opts.model is not None and opts.upstream is not None:
-        raise AlightError("--model and --upstream exclude each other",
-                          "--model starts vLLM with a local model; --upstream uses a server that is already running")
+    if opts.model is not None and opts.upstream is not None and opts.rounds == 1:
+        raise AlightError("--model and --upstream exclude each other in a run of one round",
+                          "--model starts vLLM with a local model; --upstream uses a server that is already running "
+                          "(with --rounds, --model names the model those servers serve, for the trainer)")
     if opts.rounds > 1 and importlib.util.find_spec(TRAINING_MODULE) is None:
         raise AlightError(f"--rounds {opts.rounds} needs training between rounds, which this version of alight does "
                           "not have yet (the `alight train` feature)", "run one round (--rounds 1) for now")
-    if opts.rounds > 1 and opts.upstream is not None:
-        raise AlightError("--rounds > 1 trains a LoRA adapter between rounds and needs vLLM started by alight",
-                          "use --model instead of --upstream, or --rounds 1")
+    if opts.rounds > 1 and opts.upstream is not None and opts.model is None:
+        raise AlightError("--rounds > 1 with --upstream needs --model DIR: the model those servers serve, which the "
+                          "trainer trains each round's adapter on",
+                          "the servers also need --enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 and this run's "
+                          "folder at the same path; or drop --upstream and alight starts vLLM")
 
 
 def load_task_subset(opts: RunOptions) -> list[Any]:

@@ -25,6 +25,8 @@ class Probe:
     model: str
     token_ids: bool
     why: str | None = None
+    max_model_len: int | None = None
+    """The served model's context, where the server says it (vLLM does in GET /v1/models)."""
 
 
 def _request(method: str, url: str, body: dict | None = None) -> tuple[int, str]:
@@ -45,6 +47,7 @@ def probe_upstream(url: str) -> Probe:
         raise AlightError(f"--upstream {url} lists no models (GET /v1/models)", "load a model on the server first")
     root, models = info.root_url, info.models
     model = models[0]
+    context = info.max_model_len.get(model)
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
             "return_token_ids": True, "logprobs": True}
     status, text = _request("POST", f"{root}/v1/chat/completions", body)
@@ -54,12 +57,13 @@ def probe_upstream(url: str) -> Probe:
             ok = bool(answer.get("prompt_token_ids")) or bool(answer["choices"][0].get("token_ids"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             ok = False
-        return Probe(root, model, ok, None if ok else "the server answered without token ids")
+        return Probe(root, model, ok, None if ok else "the server answered without token ids", context)
     if status in (400, 422):
         plain = {k: v for k, v in body.items() if k not in ("return_token_ids", "logprobs")}
         status2, text2 = _request("POST", f"{root}/v1/chat/completions", plain)
         if status2 == 200:
-            return Probe(root, model, False, f"the server rejected return_token_ids/logprobs ({status}): {text[:200]}")
+            return Probe(root, model, False, f"the server rejected return_token_ids/logprobs ({status}): {text[:200]}",
+                         context)
         status, text = status2, text2
     raise AlightError(f"--upstream {url}: a test chat completion with model {model!r} answered {status}: {text[:300]}",
                       "check the server's log")
@@ -81,7 +85,9 @@ def probe_upstreams(urls: list[str]) -> Probe:
         raise AlightError(f"the --upstream servers serve different models ({probes[0].root} serves "
                           f"{probes[0].model!r}; {'; '.join(differ)})",
                           "start every server with the same model: the proxy sends each episode to one of them")
+    known = [p.max_model_len for p in probes if p.max_model_len]
+    context = min(known) if known else None  # the smallest server bounds what every episode may send
     without = [p for p in probes if not p.token_ids]
     if without:
-        return Probe(probes[0].root, probes[0].model, False, f"{without[0].root}: {without[0].why}")
-    return probes[0]
+        return Probe(probes[0].root, probes[0].model, False, f"{without[0].root}: {without[0].why}", context)
+    return Probe(probes[0].root, probes[0].model, True, None, context)

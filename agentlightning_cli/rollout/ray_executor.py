@@ -137,12 +137,15 @@ class RayExecutor:
                 await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running",
                                         started_at=time.time())
                 on_start()
+                sent = time.monotonic()
                 ref = task.remote(self._job(ctx, slot, key))
                 in_flight.add(ref)
                 try:
                     got = await self._wait(ref, _deadline(ctx, slot))
                 finally:
                     in_flight.discard(ref)
+            if isinstance(got, NodeResult):  # sent -> back, against the node's own prepare_s + run_s: Ray's cost
+                got.result.timings["head_wait_s"] = time.monotonic() - sent
             if isinstance(got, str):  # lost with its node or worker
                 if tries_left:
                     self.redone += 1

@@ -143,6 +143,7 @@ def run_on_node(job: NodeJob) -> NodeResult:
     from agentlightning_cli.rollout import episode
     from agentlightning_cli.rollout.sources import SourceCache
 
+    started = time.monotonic()  # prepare_s: everything on the node before the harness (settings, checks, workspace)
     folder = node_dir(job.run_id)
     counter = ProxyCalls(job.proxy_url, job.key)
     node = episode.NodeContext(
@@ -155,7 +156,6 @@ def run_on_node(job: NodeJob) -> NodeResult:
     missing = _missing_harness(job)
     if missing is not None:  # the episode cannot start here: ended like a failed setup (no workspace, no reward)
         return NodeResult(episode.setup_failed(missing), where)
-    started = time.monotonic()
     try:
         workspace = episode.setup(node, job.slot)
     except episode.SetupFailed as exc:

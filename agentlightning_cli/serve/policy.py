@@ -76,6 +76,9 @@ def hub_model(repo_id: str) -> Path:
 class PolicyServer:
     """vLLM + adapters for one run directory. A context manager; stop() is idempotent and leaves no process."""
 
+    starts_servers = True
+    """alight run watches these servers (serve/remote_policy.RemotePolicy: servers it did not start)."""
+
     def __init__(self, settings: Settings, run_dir: Path, model: Path | str | None = None, port: int | None = None,
                  trains: bool = False):
         self.settings = settings
