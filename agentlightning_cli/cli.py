@@ -236,7 +236,7 @@ def harness_install(
 ) -> None:
     """Install a harness into its own folder under ALIGHT_HOME/harnesses/ (once; progress on stderr)."""
     if ray_address is not None:
-        from agentlightning_cli.rollout.ray_executor import install_on_nodes
+        from agentlightning_cli.commands.harness import install_on_nodes
 
         failed = 0
         for node in install_on_nodes(name, ray_address, force=force):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlightning_cli.config import EpisodeLimits, Settings, load_settings
+from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness import install as installs
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import Installed
@@ -150,3 +151,42 @@ def check_lines(report: CheckReport) -> list[tuple[str, bool]]:
               for line in report.exposed]
     lines += [(f"problem:   {problem}", True) for problem in report.problems]
     return lines + [("check:     " + ("ok" if report.ok else "FAILED"), False)]
+
+
+def install_on_nodes(name: str, address: str, force: bool = False) -> list[dict[str, Any]]:
+    """`alight harness install NAME --ray-address ADDR`: the same install on every live node that offers episode
+    slots, each into its own ALIGHT_HOME, side by side; one entry per node (where it went, or the error)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from agentlightning_cli.rollout.ray_executor import RESOURCE, import_ray
+
+    ray = import_ray()
+
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise AlightError(f"cannot join the Ray cluster at {address}: {exc}") from None
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE)]
+        if not nodes:
+            raise AlightError(f"no node of the Ray cluster at {address} offers the {RESOURCE!r} resource",
+                              hint=f"start worker nodes with --resources='{{\"{RESOURCE}\": N}}'")
+        task = ray.remote(_install_here)
+        refs = [task.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(name, force) for n in nodes]
+        out = []
+        for node, ref in zip(nodes, refs):
+            entry = {"node_id": node["NodeID"], "address": node["NodeManagerAddress"]}
+            try:
+                entry.update(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                entry["error"] = str(getattr(exc, "cause", None) or exc).strip().splitlines()[-1]
+            out.append(entry)
+        return out
+    finally:
+        ray.shutdown()
+
+
+def _install_here(name: str, force: bool) -> dict[str, Any]:
+    found = install_harness(name, force=force)
+    return {"installed": str(found.executable if found.external else found.dir), "version": found.version}

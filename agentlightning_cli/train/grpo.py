@@ -95,7 +95,9 @@ def train(job: GRPORun) -> GRPOResult:
     from agentlightning_cli.train import launched
 
     if launched.wanted(job.settings) and not launched.inside():
-        return launched.train_launched(job)
+        done = launched.train_launched(job)
+        return GRPOResult(steps=done["steps"], metrics=done["metrics"], seconds=done["seconds"],
+                          importance=done["importance"])
     started = time.perf_counter()
     import_training_stack()  # before anything on this stack holds a model
     trainer, log = build_trainer(job)

@@ -3,7 +3,7 @@ DeepSpeed, several machines, as accelerate is configured).
 
 The round's GRPORun (rows with their advantages, settings, base model, previous adapter) is written to a folder
 of its own; `accelerate launch ... -m agentlightning_cli.train.launched FOLDER` starts the processes, each builds
-the same trainer (grpo.build_trainer) and TRL/accelerate shard the rows between them (each takes batch_size / N
+the same trainer (train/launched_process.py -> grpo.train) and TRL/accelerate shard the rows between them (each takes batch_size / N
 rows of every optimizer step; the gradients are averaged, and TRL's loss normalisation counts the tokens of all
 processes). The main process alone writes the adapter, each step's metrics (steps.jsonl, read back here for the
 store as they arrive) and the result (result.json). One process gives the same adapter within float tolerance
@@ -54,7 +54,7 @@ def launch_argv(settings: Any, folder: Path) -> list[str]:
         argv += ["--multi_gpu", "--num_processes", str(settings.processes), "--num_machines", "1",
                  "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
                  "--main_process_port", str(_free_port())]
-    return argv + ["-m", "agentlightning_cli.train.launched", str(folder)]
+    return argv + ["-m", "agentlightning_cli.train.launched_process", str(folder)]
 
 
 def _free_port() -> int:
@@ -65,10 +65,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def train_launched(job: Any) -> Any:
-    """grpo.train's result, trained by the launched processes; their output goes to this process's stderr."""
-    from agentlightning_cli.train.grpo import GRPOResult
-
+def train_launched(job: Any) -> dict[str, Any]:
+    """What grpo.train returns (steps, metrics, importance; seconds), as a dict, trained by the launched
+    processes (train/launched_process.py); their output goes to this process's stderr."""
     settings = job.settings
     if not settings.accelerate_config and settings.batch_size % settings.processes:  # said here, not in N tracebacks
         raise AlightError(f"train.batch_size {settings.batch_size} does not split over {settings.processes} training"
@@ -101,8 +100,7 @@ def train_launched(job: Any) -> Any:
     finally:
         job.on_step = on_step
         shutil.rmtree(folder, ignore_errors=True)
-    return GRPOResult(steps=result["steps"], metrics=result["metrics"], seconds=time.perf_counter() - started,
-                      importance=result["importance"])
+    return {**result, "seconds": time.perf_counter() - started}
 
 
 def _keep_tail(stream: Any, tail: list[str]) -> None:
@@ -120,34 +118,3 @@ def _new_steps(path: Path, seen: int, on_step: Any) -> int:
     for line in complete[seen:]:
         on_step(json.loads(line))
     return max(seen, len(complete))
-
-
-def main(folder: str) -> None:
-    """One launched process: the same trainer in every process; the main one writes steps and the result."""
-    from agentlightning_cli.train.grpo import train
-
-    folder_path = Path(folder)
-    with open(folder_path / "job.pkl", "rb") as fh:
-        job = pickle.load(fh)
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    print(f"alight train: process {rank + 1} of {world} ({len(job.rows)} rows)", file=sys.stderr, flush=True)
-    main_process = rank == 0
-    if main_process:
-        steps = open(folder_path / "steps.jsonl", "a", encoding="utf-8")
-
-        def on_step(entry: dict) -> None:
-            steps.write(json.dumps(entry) + "\n")
-            steps.flush()
-
-        job.on_step = on_step
-    result = train(job)
-    if main_process:
-        steps.close()
-        done = {"steps": result.steps, "metrics": result.metrics, "importance": result.importance}
-        partial = folder_path / "result.json.part"
-        partial.write_text(json.dumps(done))
-        partial.replace(folder_path / "result.json")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
