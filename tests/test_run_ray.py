@@ -247,3 +247,41 @@ def test_harness_install_runs_on_every_node_with_episode_slots(cluster, tmp_path
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2 and {w.node_id[:8] for w in workers} == {line.split("(node ")[1][:8] for line in lines}
     assert all("mini-swe-agent" in line for line in lines), lines
+
+
+def test_an_episode_past_its_deadline_is_cancelled_and_its_worker_process_killed(cluster, tmp_path):
+    """The deadline path of RayExecutor on a real cluster: a task that outlives it comes back `interrupted` and the
+    worker process running it is gone (what takes an episode's sandbox with it)."""
+    import asyncio
+
+    import ray
+
+    from agentlightning_cli.rollout.ray_executor import RESOURCE, RayExecutor
+
+    c, _, _ = cluster
+    pid_file = tmp_path / "pid"
+
+    def stuck() -> None:  # pickled by value: the nodes need nothing of this test module
+        import os as os_
+        import time as time_
+
+        with open(pid_file, "w") as fh:
+            fh.write(str(os_.getpid()))
+        time_.sleep(600)
+
+    executor = RayExecutor(c.address, 1)
+    executor.connect()
+    try:
+        ref = ray.remote(stuck).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0).remote()
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        got = asyncio.run(executor.wait_for_episode(ref, 1.0))
+        assert got.result.status == "interrupted" and "deadline" in got.result.error
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists(), "the worker process outlived its cancelled task"
+    finally:
+        executor.close()

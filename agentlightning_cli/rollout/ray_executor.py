@@ -141,7 +141,7 @@ class RayExecutor:
                 ref = task.remote(self._job(ctx, slot, key))
                 in_flight.add(ref)
                 try:
-                    got = await self._wait(ref, _deadline(ctx, slot))
+                    got = await self.wait_for_episode(ref, _deadline(ctx, slot))
                 finally:
                     in_flight.discard(ref)
             if isinstance(got, NodeResult):  # sent -> back, against the node's own prepare_s + run_s: Ray's cost
@@ -172,7 +172,7 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
         return endings
 
-    async def _wait(self, ref: Any, deadline_s: float) -> NodeResult | str:
+    async def wait_for_episode(self, ref: Any, deadline_s: float) -> NodeResult | str:
         """The node's result; a reason string when the node or its worker was lost; an `interrupted` result when
         the deadline passed (the task is cancelled on its node)."""
         ray = self._ray
