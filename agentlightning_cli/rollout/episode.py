@@ -49,40 +49,11 @@ class EpisodeProxy(Protocol):
 
 
 @dataclass
-class NodeContext:
-    """What the part of an episode that runs where its harness runs needs (workspace, harness, patch, reward):
-    never the store or the proxy object, so the same code runs in `alight run` and on a Ray worker node
-    (rollout/remote.py), which returns its Result to the head, the store's only writer."""
+class EpisodeSettings:
+    """How a run's episodes run, the same for each: plain values, picklable (a Ray node gets them in its NodeJob)."""
 
     recipe: Recipe
     installed: Installed
-    run_dir: Path
-    """Where workspaces, harness folders and logs go: the run directory, or a node's own folder for the run."""
-    sources: SourceCache
-    sandbox: str
-    limits: EpisodeLimits
-    timeout_s: float | None = None
-    max_turns: int | None = None
-    setup_timeout_s: float = 900.0
-    reward_timeout_s: float = 600.0
-    keep_workspaces: bool = False
-    container_runtime: str = "auto"
-    grading_network: bool = True
-    stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
-    count_calls: Callable[[str], tuple[int, float | None]] | None = None
-
-
-@dataclass
-class RunContext:
-    """Everything the episodes of a run share, whatever their round: built once the run's proxy is up."""
-
-    store: Store
-    proxy: EpisodeProxy
-    recipe: Recipe
-    installed: Installed
-    run_id: str
-    run_dir: Path
-    sources: SourceCache
     sandbox: str
     """The sandbox every episode, setup and reward of the run uses ("bwrap", "container" or "none"), resolved once."""
     limits: EpisodeLimits
@@ -96,10 +67,34 @@ class RunContext:
     """`sandbox: container`: podman, docker or auto (each task carries its image)."""
     grading_network: bool = True
     """`sandbox: container`: SWE-bench grading containers get the network, as the official ones do."""
-    seed: int | None = None
-    """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
+
+    def episode_settings(self) -> EpisodeSettings:
+        """Just these settings (of a NodeContext or RunContext), to send to another machine."""
+        return EpisodeSettings(**{f.name: getattr(self, f.name) for f in fields(EpisodeSettings)})
+
+
+@dataclass
+class NodeContext(EpisodeSettings):
+    """What the part of an episode that runs where its harness runs needs (workspace, harness, patch, reward):
+    never the store or the proxy object, so the same code runs in `alight run` and on a Ray worker node
+    (rollout/remote.py), which returns its Result to the head, the store's only writer."""
+
+    run_dir: Path = field(kw_only=True)
+    """Where workspaces, harness folders and logs go: the run directory, or a node's own folder for the run."""
+    sources: SourceCache = field(kw_only=True)
     stopper: EpisodeStopper = field(default_factory=EpisodeStopper)
     count_calls: Callable[[str], tuple[int, float | None]] | None = None
+
+
+@dataclass
+class RunContext(NodeContext):
+    """Everything the episodes of a run share, whatever their round: built once the run's proxy is up."""
+
+    store: Store = field(kw_only=True)
+    proxy: EpisodeProxy = field(kw_only=True)
+    run_id: str = field(kw_only=True)
+    seed: int | None = None
+    """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
     executor: Any = None
     """None: episodes run here (scheduler.run_slots); else a rollout.ray_executor.RayExecutor."""
 

@@ -192,11 +192,8 @@ class RayExecutor:
             return NodeResult(Result("interrupted", error=why, why=why.splitlines()[0]))
 
     def _job(self, ctx: RoundContext, slot: Slot, key: str) -> NodeJob:
-        return NodeJob(run_id=ctx.run_id, slot=slot, key=key, proxy_url=self.proxy_url, recipe=ctx.recipe,
-                       installed=ctx.installed, sandbox=ctx.sandbox, limits=ctx.limits, timeout_s=ctx.timeout_s,
-                       max_turns=ctx.max_turns, setup_timeout_s=ctx.setup_timeout_s,
-                       reward_timeout_s=ctx.reward_timeout_s, keep_workspaces=ctx.keep_workspaces,
-                       container_runtime=ctx.container_runtime, grading_network=ctx.grading_network)
+        return NodeJob(run_id=ctx.run_id, slot=slot, key=key, proxy_url=self.proxy_url,
+                       settings=ctx.episode_settings())
 
     def _record(self, ctx: RoundContext, slot: Slot, got: NodeResult) -> None:
         """Into the head's store and run folder: the Result, and the harness's log tails where `alight inspect`

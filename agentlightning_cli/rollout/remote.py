@@ -21,12 +21,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.rollout.plan import Slot
 
 LOG_TAIL_BYTES = 256 * 1024
@@ -42,17 +41,8 @@ class NodeJob:
     key: str
     proxy_url: str
     """The head's proxy as the nodes reach it, e.g. http://10.0.0.1:8123."""
-    recipe: Any
-    installed: Any
-    sandbox: str
-    limits: EpisodeLimits
-    timeout_s: float | None = None
-    max_turns: int | None = None
-    setup_timeout_s: float = 900.0
-    reward_timeout_s: float = 600.0
-    keep_workspaces: bool = False
-    container_runtime: str = "auto"
-    grading_network: bool = True
+    settings: Any
+    """episode.EpisodeSettings: recipe, install, sandbox, limits, timeouts, as the head resolved them."""
 
 
 @dataclass
@@ -127,12 +117,12 @@ def access_for(job: NodeJob, sandboxed: bool) -> Any:
     from agentlightning_cli.proxy.server import episode_base_url
     from agentlightning_cli.rollout.episode import ProxyAccess
 
-    url = urlsplit(job.proxy_url)
+    url, protocol = urlsplit(job.proxy_url), job.settings.recipe.protocol
     if not sandboxed:
-        return ProxyAccess(episode_base_url(job.proxy_url, job.slot.episode_id, job.recipe.protocol), job.key)
+        return ProxyAccess(episode_base_url(job.proxy_url, job.slot.episode_id, protocol), job.key)
     # The sandbox's forwarder listens on its own loopback at the proxy's port and relays to the head.
     loopback = f"http://127.0.0.1:{url.port}"
-    return ProxyAccess(episode_base_url(loopback, job.slot.episode_id, job.recipe.protocol), job.key,
+    return ProxyAccess(episode_base_url(loopback, job.slot.episode_id, protocol), job.key,
                        proxy_remote=f"{url.hostname}:{url.port}")
 
 
@@ -146,12 +136,8 @@ def run_on_node(job: NodeJob) -> NodeResult:
     started = time.monotonic()  # prepare_s: everything on the node before the harness (settings, checks, workspace)
     folder = node_dir(job.run_id)
     counter = ProxyCalls(job.proxy_url, job.key)
-    node = episode.NodeContext(
-        recipe=job.recipe, installed=job.installed, run_dir=folder, sources=SourceCache(folder / "sources"),
-        sandbox=job.sandbox, limits=job.limits, timeout_s=job.timeout_s, max_turns=job.max_turns,
-        setup_timeout_s=job.setup_timeout_s, reward_timeout_s=job.reward_timeout_s,
-        keep_workspaces=job.keep_workspaces, container_runtime=job.container_runtime,
-        grading_network=job.grading_network, count_calls=counter)
+    plain = {f.name: getattr(job.settings, f.name) for f in fields(job.settings)}
+    node = episode.NodeContext(**plain, run_dir=folder, sources=SourceCache(folder / "sources"), count_calls=counter)
     where = _where(folder)
     missing = _missing_harness(job)
     if missing is not None:  # the episode cannot start here: ended like a failed setup (no workspace, no reward)
@@ -160,7 +146,7 @@ def run_on_node(job: NodeJob) -> NodeResult:
         workspace = episode.setup(node, job.slot)
     except episode.SetupFailed as exc:
         return NodeResult(episode.setup_failed(exc.why), where)
-    access = access_for(job, job.sandbox != "none")
+    access = access_for(job, node.sandbox != "none")
     done = threading.Event()
     watcher = threading.Thread(target=counter.watch_budget, args=(job.slot.episode_id, node.stopper, done), daemon=True)
     watcher.start()
@@ -184,11 +170,11 @@ def _where(folder: Path) -> dict[str, Any]:
 
 
 def _missing_harness(job: NodeJob) -> str | None:
-    installed = job.installed
+    installed, name = job.settings.installed, job.settings.recipe.name
     if installed.external or Path(installed.executable).exists():
         return None
-    return (f"{job.recipe.name} is not installed on this node ({installed.executable} is missing): run "
-            f"`alight harness install {job.recipe.name}` on every node of the cluster, with the same ALIGHT_HOME")
+    return (f"{name} is not installed on this node ({installed.executable} is missing): run `alight harness install "
+            f"{name} --ray-address HEAD:PORT` (every node with episode slots), with the same ALIGHT_HOME")
 
 
 def _log_tails(folder: Path, episode_id: str) -> dict[str, bytes]:
