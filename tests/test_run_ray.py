@@ -120,7 +120,7 @@ def test_endings_on_a_node_are_the_same_as_on_one_machine(cluster, tmp_path):
     assert (by["chatty"].status, by["chatty"].outcome, by["chatty"].reward) == ("done", "budget_exceeded", 0.0)
     assert "budget" in by["chatty"].error
     assert by["no-repo"].status == "setup_failed" and "cannot fetch" in by["no-repo"].error
-    assert by["no-repo"].reward is None
+    assert by["no-repo"].reward is None and by["no-repo"].outcome_detail["node"]["node_id"]  # where it failed
 
 
 def _sleepers(seconds: str) -> list[int]:

@@ -129,7 +129,6 @@ class RayExecutor:
         task = ray.remote(run_on_node).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
         out_now = asyncio.Semaphore(max(1, concurrency))
         endings: list[Ended] = []
-        in_flight: set[Any] = set()
 
         async def one(slot: Slot, tries_left: int) -> None:
             async with out_now:
@@ -139,11 +138,11 @@ class RayExecutor:
                 on_start()
                 sent = time.monotonic()
                 ref = task.remote(self._job(ctx, slot, key))
-                in_flight.add(ref)
                 try:
                     got = await self.wait_for_episode(ref, _deadline(ctx, slot))
-                finally:
-                    in_flight.discard(ref)
+                except BaseException:  # the round stops (Ctrl-C, a dead vLLM): the worker process is killed and
+                    ray.cancel(ref, force=True)  # its sandbox dies with it
+                    raise
             if isinstance(got, NodeResult):  # sent -> back, against the node's own prepare_s + run_s: Ray's cost
                 got.result.timings["head_wait_s"] = time.monotonic() - sent
             if isinstance(got, str):  # lost with its node or worker
@@ -167,9 +166,6 @@ class RayExecutor:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
-        finally:
-            for ref in list(in_flight):  # the worker process is killed; its sandbox dies with it
-                ray.cancel(ref, force=True)
         return endings
 
     async def wait_for_episode(self, ref: Any, deadline_s: float) -> NodeResult | str:
@@ -192,8 +188,10 @@ class RayExecutor:
             return NodeResult(Result("interrupted", error=why, why=why.splitlines()[0]))
 
     def _job(self, ctx: RoundContext, slot: Slot, key: str) -> NodeJob:
+        budgets = getattr(ctx.proxy, "budgets", None)  # proxy/control.Budgets of alight's own proxy
+        budgeted = budgets is not None and (budgets.max_calls is not None or budgets.max_completion_tokens is not None)
         return NodeJob(run_id=ctx.run_id, slot=slot, key=key, proxy_url=self.proxy_url,
-                       settings=ctx.episode_settings())
+                       settings=ctx.episode_settings(), budgeted=budgeted)
 
     def _record(self, ctx: RoundContext, slot: Slot, got: NodeResult) -> None:
         """Into the head's store and run folder: the Result, and the harness's log tails where `alight inspect`

@@ -43,6 +43,8 @@ class NodeJob:
     """The head's proxy as the nodes reach it, e.g. http://10.0.0.1:8123."""
     settings: Any
     """episode.EpisodeSettings: recipe, install, sandbox, limits, timeouts, as the head resolved them."""
+    budgeted: bool = False
+    """The proxy has a call or token budget per episode: the node watches for its refusals (once a second)."""
 
 
 @dataclass
@@ -141,25 +143,32 @@ def run_on_node(job: NodeJob) -> NodeResult:
     where = _where(folder)
     missing = _missing_harness(job)
     if missing is not None:  # the episode cannot start here: ended like a failed setup (no workspace, no reward)
-        return NodeResult(episode.setup_failed(missing), where)
+        return _back(episode.setup_failed(missing), where)
     try:
         workspace = episode.setup(node, job.slot)
     except episode.SetupFailed as exc:
-        return NodeResult(episode.setup_failed(exc.why), where)
+        return _back(episode.setup_failed(exc.why), where)
     access = access_for(job, node.sandbox != "none")
     done = threading.Event()
     watcher = threading.Thread(target=counter.watch_budget, args=(job.slot.episode_id, node.stopper, done), daemon=True)
-    watcher.start()
+    if job.budgeted:
+        watcher.start()
     try:
         result = asyncio.run(episode.work(node, job.slot, workspace, time.monotonic() - started, access))
     finally:
         done.set()
-        watcher.join(5)
+        if watcher.is_alive():
+            watcher.join(5)
     if counter.round_trips_ms:
         trips = sorted(counter.round_trips_ms)
         where["proxy_round_trip_ms"] = round(trips[len(trips) // 2], 3)  # the median of this episode's asks
+    return _back(result, where, _log_tails(folder, job.slot.episode_id))
+
+
+def _back(result: Any, where: dict[str, Any], logs: dict[str, bytes] | None = None) -> NodeResult:
+    """What goes back to the head; the stored episode keeps where it ran (outcome_detail.node)."""
     result.outcome_detail = {**(result.outcome_detail or {}), "node": where}
-    return NodeResult(result, where, _log_tails(folder, job.slot.episode_id))
+    return NodeResult(result, where, logs or {})
 
 
 def _where(folder: Path) -> dict[str, Any]:
