@@ -285,3 +285,39 @@ def test_an_episode_past_its_deadline_is_cancelled_and_its_worker_process_killed
         assert not Path(f"/proc/{pid}").exists(), "the worker process outlived its cancelled task"
     finally:
         executor.close()
+
+
+def test_a_container_sandboxed_round_runs_on_the_nodes_in_the_tasks_image(cluster, tmp_path):
+    """`--sandbox container` (SWE-bench's way) on the Ray nodes: each episode's harness, setup and reward run in the
+    task's image on its node, and the harness in the container reaches the head's proxy through the node's relay."""
+    from agentlightning_cli.sandbox.container import labelled
+    from tests import container_support as cs
+
+    rs.ensure_mini()
+    c, workers, node_dir = cluster
+    image = cs.image(cs.IMAGE)
+    tasks = rs.calc_task_set(tmp_path, [{"id": "solve", "prompt": "SOLVE-ME: fix add", "image": image},
+                                        {"id": "leave", "prompt": "LEAVE-ME: look around", "image": image}])
+    look = "cat /etc/alight-test-image > seen.txt"
+
+    def first(text: str) -> str:
+        return look + ("; " + FIX if "SOLVE-ME" in text else "")
+
+    out = tmp_path / "runs" / "r5"
+    with FakeVLLM(FakeScript(reply=rs.mini_script(first), served_models=["policy-r0"])) as fake:
+        done = rs.alight(_args(tasks, fake, out, c.address, attempts=1) + ["--sandbox", "container"], cwd=tmp_path,
+                         env={"ALIGHT_CONTAINER__RUNTIME": "podman"})
+    assert done.returncode == 0, done.stderr
+    by = {e.task_id: e for e in _final(out)}
+    assert (by["solve"].reward, by["leave"].reward) == (1.0, 0.0), [(e.status, e.error) for e in by.values()]
+    store, _ = rs.read_store(out)
+    try:
+        for e in by.values():
+            assert e.outcome_detail["sandbox"]["mode"] == "container"
+            assert e.outcome_detail["sandbox"]["proxy"] == "relayed"  # to the head's proxy over TCP
+            assert e.outcome_detail["node"]["node_id"] in {w.node_id for w in workers}
+            assert len(store.get_calls(e.id)) == 2
+            assert b"a + b" in (store.get_patch(e.id).patch or b"") or e.task_id == "leave"
+    finally:
+        store.close()
+    assert [cid for cid, ws in labelled(cs.runtime()) if ws.startswith(str(node_dir))] == []  # none left on nodes
