@@ -84,6 +84,7 @@ def test_a_round_runs_every_episode_on_a_worker_node_and_the_head_stores_it_once
             assert store.llm_call_count(e.id)[0] == 2
             assert e.outcome_detail["sandbox"]["mode"] == "bwrap"  # sandboxed on the node
             assert Path(e.outcome_detail["node"]["folder"]).is_relative_to(node_dir)
+            assert Path(e.workspace).is_relative_to(node_dir)  # where it was made, on the node
             assert (out / "logs" / "episodes" / f"{e.id}.stdout").is_file()  # its log tail came back to the head
             assert store.get_patch(e.id) is not None
     finally:

@@ -27,8 +27,8 @@ from agentlightning_cli.reward import run_reward
 from agentlightning_cli.rollout import scoring, stale
 from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
-from agentlightning_cli.tasks import (AgentPatch, agent_patch, patch_base_dir, prepare_workspace, remove_base, reveal_hidden_files,
-                                      snapshot_base)
+from agentlightning_cli.tasks import (AgentPatch, agent_patch, patch_base_dir, prepare_workspace, remove_base,
+                                      reveal_hidden_files, snapshot_base)
 
 if TYPE_CHECKING:
     from agentlightning_cli.harness.install import Installed
@@ -244,8 +244,8 @@ def record(store: Store, episode_id: str, result: Result) -> None:
         made = result.patch
         store.set_patch(episode_id, made.patch, made.files, made.size, made.error)
     if result.status == "setup_failed":
-        store.update_episode(episode_id, status="setup_failed", error=result.error, ended_at=time.time(), workspace=None,
-                             outcome_detail=result.outcome_detail)
+        store.update_episode(episode_id, status="setup_failed", error=result.error, ended_at=time.time(),
+                             workspace=None, outcome_detail=result.outcome_detail)
         return
     store.update_episode(episode_id, status=result.status, reward=result.reward, reward_detail=result.reward_detail,
                          outcome=result.outcome, outcome_detail=result.outcome_detail, exit_code=result.exit_code,
@@ -258,7 +258,8 @@ async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, ac
     timings, t0 = {"prepare_s": prep_s}, time.monotonic()
     spec = EpisodeSpec(
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=workspace, base_url=access.base_url,
-        api_key=access.key, run_dir=node.run_dir, max_turns=node.max_turns, timeout_s=node.timeout_s or slot.task.timeout_s,
+        api_key=access.key, run_dir=node.run_dir, max_turns=node.max_turns,
+        timeout_s=node.timeout_s or slot.task.timeout_s,
         proxy_socket=access.proxy_socket, proxy_listeners=access.proxy_listeners, proxy_remote=access.proxy_remote,
         sandbox=node.sandbox, limits=node.limits, image=slot.task.image, container_runtime=node.container_runtime,
         container_workdir=slot.task.container_workdir)

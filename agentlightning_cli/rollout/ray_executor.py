@@ -197,6 +197,9 @@ class RayExecutor:
         """Into the head's store and run folder: the Result, and the harness's log tails where `alight inspect`
         finds an episode's logs."""
         episode.record(ctx.store, slot.episode_id, got.result)
+        folder = got.node.get("folder")
+        if folder and got.result.status != "setup_failed":  # where the workspace was: on its node, not the head
+            ctx.store.update_episode(slot.episode_id, workspace=str(Path(folder) / "workspaces" / slot.episode_id))
         logs = Path(ctx.run_dir) / "logs" / "episodes"
         for name, data in got.logs.items():
             logs.mkdir(parents=True, exist_ok=True)

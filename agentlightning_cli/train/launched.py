@@ -113,8 +113,9 @@ def _keep_tail(stream: Any, tail: list[str]) -> None:
 def _new_steps(path: Path, seen: int, on_step: Any) -> int:
     if on_step is None or not path.is_file():
         return seen
-    lines = path.read_text().splitlines()
-    complete = lines if path.read_text().endswith("\n") else lines[:-1]
+    text = path.read_text()
+    lines = text.splitlines()
+    complete = lines if text.endswith("\n") else lines[:-1]  # a line still being written waits for the next look
     for line in complete[seen:]:
         on_step(json.loads(line))
     return max(seen, len(complete))
