@@ -13,7 +13,7 @@ merge into one row (prefix breaks per 100 calls by kind, on this real traffic); 
 bench/results/learn.json.
 
     python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5] [--temperature T]
-                          [--epochs N] [--batch-size N] [--grad-accum N]
+                          [--epochs N] [--batch-size N] [--grad-accum N] [--max-turns N]
                           [--tasks N] [--heldout-tasks N] [--arms learn,control] [--control-rounds N]
                           [--out FILE] [--report WORK_DIR]
 """
@@ -60,7 +60,10 @@ def held_out(summary: dict) -> dict:
     p1 = [t["pass_at_1"] for t in tasks if t["pass_at_1"] is not None]
     mr = [t["mean_reward"] for t in tasks if t["mean_reward"] is not None]
     return {"pass_at_1": round(sum(p1) / len(p1), 4) if p1 else None,
-            "mean_reward": round(sum(mr) / len(mr), 4) if mr else None, "seconds": round(summary["_seconds"], 1)}
+            "mean_reward": round(sum(mr) / len(mr), 4) if mr else None, "seconds": round(summary["_seconds"], 1),
+            # Where a change comes from: one task learned, or a little everywhere.
+            "per_task": {t["task_id"]: {"solved": t["solved"], "attempts": t["attempts"],
+                                        "mean_reward": t["mean_reward"]} for t in tasks}}
 
 
 def heldout_from_store(run_dir: Path) -> dict:
@@ -183,6 +186,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=None,
                     help="the policy's sampling temperature for every run of both arms and the held-out evaluations "
                          "(proxy.sampling.temperature; default: the recipe's 0.7)")
+    ap.add_argument("--max-turns", type=int, default=None,
+                    help="the harness's turn limit for every run (`alight run --max-turns`; default: the recipe's 3)")
     ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
     ap.add_argument("--arms", default="learn,control")
@@ -210,6 +215,8 @@ def main() -> None:
         base_env["ALIGHT_PROXY__SAMPLING__TEMPERATURE"] = str(args.temperature)
     common = ["--harness", HARNESS, "--model", "smollm2", "--seed", str(args.seed), "--concurrency",
               str(args.concurrency)]
+    if args.max_turns is not None:
+        common += ["--max-turns", str(args.max_turns)]
     train_ids = ",".join(task_ids(TRAIN, args.tasks))
     heldout_ids = ",".join(task_ids(HELDOUT, args.heldout_tasks))
     results: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -285,6 +292,10 @@ def render(results: dict) -> None:
         if after:
             print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change "
                   f"{data.get('heldout_change_pass_at_1')}), mean reward {after['mean_reward']}")
+            if base and "per_task" in after and "per_task" in base:
+                print(f"{arm:8} held-out solved per task, base -> after: " + ", ".join(
+                    f"{task} {base['per_task'].get(task, {}).get('solved', '-')}->{t['solved']}/{t['attempts']}"
+                    for task, t in after["per_task"].items()))
     if "seconds" in results:
         print(f"total {results['seconds']} s")
 
