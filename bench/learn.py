@@ -12,10 +12,12 @@ rollout / training / swap, trainer tokens/s, clip fraction, importance-weight st
 merge into one row (prefix breaks per 100 calls by kind, on this real traffic); a table on stdout and
 bench/results/learn.json.
 
-    python bench/learn.py [--rounds 3] [--attempts 4] [--eval-attempts 4] [--concurrency 4] [--lr 2e-5] [--temperature T]
-                          [--epochs N] [--batch-size N] [--grad-accum N] [--max-turns N]
-                          [--tasks N] [--heldout-tasks N] [--arms learn,control] [--control-rounds N]
+    python bench/learn.py [--rounds 5] [--attempts 8] [--eval-attempts 8] [--concurrency 8] [--lr 5e-4]
+                          [--epochs 2] [--batch-size 8] [--grad-accum 1] [--max-turns 1] [--temperature T]
+                          [--tasks 8] [--heldout-tasks N] [--arms learn,control] [--control-rounds 0]
                           [--out FILE] [--report WORK_DIR]
+
+The defaults are the configuration of bench/results/learn.json (~100 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -174,27 +176,28 @@ def break_stats(run_dir: Path, merge: str = "strict") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--attempts", type=int, default=4, help="attempts per train task (the GRPO group size)")
-    ap.add_argument("--eval-attempts", type=int, default=4, help="attempts per held-out task")
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=2e-5, help="train.learning_rate of the learn arm")
-    ap.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the setting's)")
-    ap.add_argument("--batch-size", type=int, default=None, help="train.batch_size (default: the setting's)")
-    ap.add_argument("--grad-accum", type=int, default=None, help="train.grad_accum (default: the setting's)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--attempts", type=int, default=8, help="attempts per train task (the GRPO group size)")
+    ap.add_argument("--eval-attempts", type=int, default=8, help="attempts per held-out task")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=5e-4, help="train.learning_rate of the learn arm")
+    ap.add_argument("--epochs", type=int, default=2, help="train.epochs")
+    ap.add_argument("--batch-size", type=int, default=8, help="train.batch_size")
+    ap.add_argument("--grad-accum", type=int, default=1, help="train.grad_accum")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--temperature", type=float, default=None,
                     help="the policy's sampling temperature for every run of both arms and the held-out evaluations "
                          "(proxy.sampling.temperature; default: the recipe's 0.7)")
-    ap.add_argument("--max-turns", type=int, default=None,
-                    help="the harness's turn limit for every run (`alight run --max-turns`; default: the recipe's 3)")
-    ap.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (a quick look)")
+    ap.add_argument("--max-turns", type=int, default=1,
+                    help="the harness's turn limit for every run (`alight run --max-turns`): 1, one command per "
+                         "episode, scored as it left the workspace; 0, the recipe's own limit (3)")
+    ap.add_argument("--tasks", type=int, default=8, help="the first N train tasks (0: all 16)")
     ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
     ap.add_argument("--arms", default="learn,control")
-    ap.add_argument("--control-rounds", type=int, default=None,
-                    help="rounds of the control arm (default: --rounds). Its learning rate is 0, so its adapter "
-                         "never changes: 0 runs only its held-out evaluation (a second draw of the base model), "
-                         "without the train-reward-per-round noise the full arm shows")
+    ap.add_argument("--control-rounds", type=int, default=0,
+                    help="rounds of the control arm. Its learning rate is 0, so its adapter never changes: 0 (the "
+                         "default) runs only its held-out evaluation, a second draw of the base model; N runs its "
+                         "rounds too, to show the train reward's drift per round")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--report", type=Path, default=None, metavar="WORK_DIR",
                     help="rebuild the results from an earlier (possibly interrupted) run's work folder and stop")
@@ -215,7 +218,7 @@ def main() -> None:
         base_env["ALIGHT_PROXY__SAMPLING__TEMPERATURE"] = str(args.temperature)
     common = ["--harness", HARNESS, "--model", "smollm2", "--seed", str(args.seed), "--concurrency",
               str(args.concurrency)]
-    if args.max_turns is not None:
+    if args.max_turns:
         common += ["--max-turns", str(args.max_turns)]
     train_ids = ",".join(task_ids(TRAIN, args.tasks))
     heldout_ids = ",".join(task_ids(HELDOUT, args.heldout_tasks))
@@ -235,7 +238,7 @@ def main() -> None:
         for name in ("epochs", "batch_size", "grad_accum"):
             if getattr(args, name) is not None:
                 env[f"ALIGHT_TRAIN__{name.upper()}"] = str(getattr(args, name))
-        rounds_here = args.rounds if arm == "learn" or args.control_rounds is None else args.control_rounds
+        rounds_here = args.rounds if arm == "learn" else args.control_rounds
         entry: dict = {}
         eval_env = dict(base_env)
         if rounds_here > 0:
