@@ -7,11 +7,16 @@ trained in a new thread as `alight run` trains them, round 2 continuing round 1'
   sleep mode), the trainer's peak next to it, and what stays allocated after each round (should be the held block
   alone: the trainer's memory released);
 - bf16 training speed (tokens/s per optimizer step, as the store records it) and seconds per round;
-- that round 2 continued round 1's adapter.
+- that round 2 continued round 1's adapter;
+- the trainer's peak for a Qwen2.5-7B-shaped model (random weights) against the tokens of one forward pass, the
+  measurement behind the memory plan's activation rate (serve/gpu_plan.py);
+- the GPU plan for a 7B and a 72B model on this machine's GPUs, as `alight run` would read them.
 
-Prints a table and writes bench/results/gpu.json. Without a usable GPU it says so and exits 2.
+Prints a table and writes bench/results/gpu.json. Without a usable GPU it says so and exits 2. On a machine with
+torch but without TRL and alight's own dependencies, carry them as wheels (no vLLM is needed).
 
-    python bench/gpu_check.py [--hold 0.5] [--big-layers 16] [--rows-per-round 16]
+    python bench/gpu_check.py [--hold 0.5] [--big-layers 16] [--rows-per-round 16] [--prompt-tokens 3000]
+                              [--shape-7b 2x2048,2x4096,2x8192,4x8192] [--out FILE]
 """
 
 from __future__ import annotations
@@ -51,15 +56,16 @@ def big_model(out: Path, tiny: Path, layers: int) -> Path:
     return out
 
 
-def check_model(label: str, base: Path, hold: float, rows: int, work: Path) -> dict:
+def check_model(label: str, base: Path, hold: float, rows: int, prompt: int, work: Path) -> dict:
     import torch
+    from safetensors.torch import load_file
 
     from agentlightning_cli.config import Settings
+    from agentlightning_cli.serve.gpu_plan import CONTEXT_BYTES, weights_bytes
     from agentlightning_cli.store import Store
     from trainer_cpu import synthetic_round, train_in_new_thread
 
-    params = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"]).load_file(
-        str(next(base.glob("*.safetensors")))).values())
+    params = sum(t.numel() for t in load_file(str(next(base.glob("*.safetensors")))).values())
     total = torch.cuda.mem_get_info()[1]
     held = torch.empty(int(hold * total), dtype=torch.uint8, device="cuda")  # what vLLM would keep
     baseline = torch.cuda.memory_allocated()
@@ -72,25 +78,112 @@ def check_model(label: str, base: Path, hold: float, rows: int, work: Path) -> d
     adapter = None
     for index in range(2):
         # Round 2 samples round 1's adapter (its row says so), and its training continues it.
-        synthetic_round(store, run.id, index, rng, tasks=2, attempts=rows // 2, vocab=4000,
+        synthetic_round(store, run.id, index, rng, tasks=2, attempts=rows // 2, prompt=prompt, vocab=4000,
                         adapter_path=str(adapter) if adapter else None)
         torch.cuda.reset_peak_memory_stats()
         report, seconds = train_in_new_thread(store, run.id, index, base, settings,
                                               work / f"{label}-adapter-{index + 1}")
         steps = store.list_train_steps(run.id, index)
+        left = torch.cuda.memory_allocated() - baseline
+        # cuBLAS keeps a workspace per handle in the caching allocator from the first matrix product on (the
+        # first model to train pays it): what is left once it is cleared is what the trainer itself kept.
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
         rounds.append({
             "round": index, "rows": report.rows, "steps": report.steps, "seconds": round(seconds, 1),
             "tokens_per_s": [round(s.tokens_per_s, 1) for s in steps if s.tokens_per_s],
             "peak_trainer_mb": round((torch.cuda.max_memory_allocated() - baseline) / MB),
-            "left_allocated_mb": round((torch.cuda.memory_allocated() - baseline) / MB),
+            "peak_trainer_reserved_mb": round((torch.cuda.max_memory_reserved() - int(hold * total)) / MB),
+            "left_allocated_mb": round(left / MB),
+            "left_without_cublas_workspace_mb": round((torch.cuda.memory_allocated() - baseline) / MB),
+            "reserved_after_empty_cache_mb": round((torch.cuda.memory_reserved() - int(hold * total)) / MB),
             "continued": report.base_adapter,
         })
         adapter = report.adapter_dir
     store.close()
     del held
     torch.cuda.empty_cache()
-    return {"model": label, "params_m": round(params / 1e6, 1), "gpu_total_mb": round(total / MB), "held": hold,
+    weights = weights_bytes(base)
+    return {"model": label, "params_m": round(params / 1e6, 1), "weights_mb": round(weights / MB),
+            "plan_trainer_estimate_mb": round((int(weights * 1.5) + CONTEXT_BYTES) / MB),
+            "prompt_tokens": prompt, "gpu_total_mb": round(total / MB), "held": hold,
             "rounds": rounds, "round2_continued_round1": rounds[1]["continued"] == str(work / f"{label}-adapter-1")}
+
+
+def memory_by_tokens(work: Path, tiny: Path, shapes: list[tuple[int, int]]) -> dict:
+    """The trainer's peak GPU memory for a model of Qwen2.5-7B's shape (28 layers, 3584 wide, vocabulary 152,064;
+    random bf16 weights) against the rows in one forward pass: (rows per pass, row length) per entry, each row a
+    500-token prompt and one long completion (a multi-call row is trained on almost all of itself)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.serve.gpu_plan import weights_bytes
+    from agentlightning_cli.store import Store
+    from trainer_cpu import synthetic_round, train_in_new_thread
+
+    base = work / "7b"
+    config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                         num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+                         tie_word_embeddings=False, torch_dtype="bfloat16")
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(str(base))
+    del model
+    torch.cuda.empty_cache()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (tiny / name).exists():
+            shutil.copy(tiny / name, base / name)
+    out = {"weights_mb": round(weights_bytes(base) / MB), "layers": 28, "hidden": 3584, "intermediate": 18944,
+           "vocab": 152064, "runs": []}
+    baseline = torch.cuda.memory_allocated()
+    for index, (per_pass, length) in enumerate(shapes):
+        store = Store.open(work / f"7b-{index}")
+        run = store.create_run("7b", {})
+        settings = Settings()
+        settings.train.batch_size, settings.train.grad_accum = per_pass, 1
+        settings.serve.max_model_len = length + 64
+        synthetic_round(store, run.id, 0, random.Random(index), tasks=1, attempts=per_pass, calls=1, prompt=500,
+                        answer=length - 502, vocab=4000)
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            report, seconds = train_in_new_thread(store, run.id, 0, base, settings, work / f"7b-adapter-{index}")
+            entry = {"rows_per_pass": per_pass, "row_tokens": length, "rows": report.rows, "seconds": round(seconds, 1),
+                     "peak_mb": round((torch.cuda.max_memory_allocated() - baseline) / MB),
+                     "peak_reserved_mb": round(torch.cuda.max_memory_reserved() / MB)}
+        except SystemExit as exc:
+            entry = {"rows_per_pass": per_pass, "row_tokens": length, "failed": str(exc)}
+        store.close()
+        torch.cuda.empty_cache()
+        out["runs"].append(entry)
+        print(f"7B shape: {per_pass} row(s) x {length} tokens per pass: {entry}", flush=True)
+    return out
+
+
+def plans_here(gpus: list | None = None) -> dict:
+    """The GPU plan `alight run --rounds` makes on this machine's GPUs (the driver's list, as alight reads it, or
+    `gpus`) for a 7B and a 72B model in bf16 at the default settings (4 rows x 4096 tokens per pass), with sleep
+    mode (the default) and without: what it decides, or its refusal."""
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.errors import AlightError
+    from agentlightning_cli.serve.gpu_plan import plan, visible_gpus
+
+    gpus = visible_gpus() if gpus is None else gpus
+    out = {"visible_gpus": [{"id": g.id, "total_mb": round(g.total_bytes / MB), "name": g.name, "driver": g.driver}
+                            for g in gpus]}
+    for label, size, shape in (("7B", 15.2e9, (28, 3584)), ("72B", 145.4e9, (80, 8192))):
+        for sleep in ("auto", "off"):
+            settings = Settings()
+            settings.serve.sleep_between_rounds = sleep
+            try:
+                decided = plan(gpus, settings, int(size), trains=True, shape=shape)
+                out[f"{label} sleep {sleep}"] = {"gpu_memory_utilization": decided.gpu_memory_utilization,
+                                                  "sleep": decided.sleep, "lines": decided.lines}
+            except AlightError as exc:
+                out[f"{label} sleep {sleep}"] = {"refused": exc.message, "hint": exc.hint}
+    return out
 
 
 def main() -> None:
@@ -98,6 +191,11 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.5, help="share of the GPU held as vLLM's (default 0.5)")
     parser.add_argument("--big-layers", type=int, default=16)
     parser.add_argument("--rows-per-round", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=3000,
+                        help="first-prompt tokens of each synthetic episode (rows grow ~140 past it; default 3000)")
+    parser.add_argument("--shape-7b", default="2x2048,2x4096,2x8192,4x8192",
+                        help="rows-per-pass x row-tokens runs of a 7B-shaped model ('' skips them)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"where the JSON goes (default {RESULTS})")
     args = parser.parse_args()
     try:
         import torch
@@ -113,19 +211,30 @@ def main() -> None:
     tiny = build_tiny_model(work / "tiny")
     models = [("tiny", tiny), ("big", big_model(work / "big", tiny, args.big_layers))]
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
-               "models": [check_model(label, path, args.hold, args.rows_per_round, work) for label, path in models]}
+               "models": [check_model(label, path, args.hold, args.rows_per_round,
+                                           args.prompt_tokens, work) for label, path in models]}
+    results["plans"] = plans_here()
+    if args.shape_7b:
+        shapes = [tuple(int(n) for n in item.split("x")) for item in args.shape_7b.split(",")]
+        results["memory_by_tokens_7b"] = memory_by_tokens(work, tiny, shapes)
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(f"{results['device']}, torch {results['torch']} (CUDA {results['cuda']}), {results['seconds']} s")
     print(f"{'model':6} {'params M':>8} {'round':>5} {'rows':>4} {'s':>6} {'tok/s (median)':>14} {'peak MB':>8} "
-          f"{'left MB':>7} continued")
+          f"{'plan MB':>7} {'left MB':>7} {'left w/o cuBLAS':>15} continued")
     for m in results["models"]:
         for r in m["rounds"]:
             tps = sorted(r["tokens_per_s"])
             print(f"{m['model']:6} {m['params_m']:>8} {r['round']:>5} {r['rows']:>4} {r['seconds']:>6} "
-                  f"{(tps[len(tps) // 2] if tps else '-'):>14} {r['peak_trainer_mb']:>8} {r['left_allocated_mb']:>7} "
-                  f"{'yes' if r['continued'] else 'no'}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+                  f"{(tps[len(tps) // 2] if tps else '-'):>14} {r['peak_trainer_reserved_mb']:>8} "
+                  f"{m['plan_trainer_estimate_mb']:>7} {r['left_allocated_mb']:>7} "
+                  f"{r['left_without_cublas_workspace_mb']:>15} {'yes' if r['continued'] else 'no'}")
+    for name, decided in results["plans"].items():
+        if name != "visible_gpus":
+            print(f"plan {name}: " + (f"refused: {decided['refused']}" if "refused" in decided else
+                                      f"gpu_memory_utilization {decided['gpu_memory_utilization']}, "
+                                      f"sleep {decided['sleep']}"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
 
 

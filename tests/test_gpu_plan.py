@@ -4,6 +4,7 @@ them, and the message a trainer out of GPU memory ends with."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -55,13 +56,66 @@ def test_one_gpu_without_sleep_leaves_the_trainer_its_share_or_refuses_up_front(
     assert not p.sleep and 0.5 < p.gpu_memory_utilization < 0.7
     assert (1 - p.gpu_memory_utilization) * H100 >= MODEL_7B * 1.5 + gpu_plan.CONTEXT_BYTES
     with pytest.raises(AlightError) as err:
-        plan(gpus(1, 24 * GIB), settings(sleep_between_rounds="off"), MODEL_7B, trains=True)
-    assert "15.0 GiB of weights on a 24 GiB GPU" in err.value.message and "gpu_memory_utilization" in err.value.message
+        plan(gpus(1, 32 * GIB), settings(sleep_between_rounds="off"), MODEL_7B, trains=True)
+    assert "15.0 GiB of weights on a 32 GiB GPU" in err.value.message
+    assert "vLLM at gpu_memory_utilization 0.22 leaves 25.0 GiB" in err.value.message
     assert "serve.sleep_between_rounds: on" in err.value.hint and "train.devices" in err.value.hint
+    # Where the trainer alone needs more than the GPU, no fraction can help (none is computed below 0) and sleep
+    # mode cannot either: the refusal says so.
+    with pytest.raises(AlightError) as err:
+        plan(gpus(1, 24 * GIB), settings(sleep_between_rounds="off"), MODEL_7B, trains=True)
+    assert err.value.message.startswith("the trainer alone does not fit this GPU: 15.0 GiB of weights on a 24 GiB")
+    assert "24.5 GiB" in err.value.message and "-0." not in err.value.message and "train.devices" in err.value.hint
     with pytest.raises(AlightError, match="does not fit this GPU"):
         plan(gpus(1, 16 * GIB), settings(), MODEL_7B, trains=True)  # not even with sleep mode
     with pytest.raises(AlightError, match="leaves 8.0 GiB"):  # a fraction set too high is refused, not tried
         plan(gpus(1), settings(sleep_between_rounds="off", gpu_memory_utilization=0.9), MODEL_7B, trains=True)
+
+
+def test_the_trainer_estimate_grows_with_the_tokens_of_a_pass_and_the_refusal_names_the_rows(tmp_path):
+    shape = (28, 3584)  # Qwen2.5-7B
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 28, "hidden_size": 3584}))
+    assert gpu_plan.model_shape(tmp_path) == shape
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 4, "hidden_size": 8}}))
+    assert gpu_plan.model_shape(tmp_path) == (4, 8) and gpu_plan.model_shape(tmp_path / "none") is None
+    s = settings(max_model_len=16384)
+    s.train.batch_size = 4
+    needs, how = gpu_plan.trainer_bytes(s, MODEL_7B, shape)
+    assert needs == MODEL_7B + 8 * 28 * 3584 * 4 * 16384 + gpu_plan.CONTEXT_BYTES
+    assert "4 row(s) x 16384 tokens per pass" in how
+    s.train.max_row_tokens = 8192  # the row limit wins over the server's context
+    assert gpu_plan.trainer_bytes(s, MODEL_7B, shape)[0] == MODEL_7B + 8 * 28 * 3584 * 4 * 8192 + gpu_plan.CONTEXT_BYTES
+    s.train.max_row_tokens = None
+    p = plan(gpus(1), s, MODEL_7B, trains=True, shape=shape)  # 15 + 49 + 2 GiB on 80: fits while vLLM sleeps
+    assert p.sleep and any("activations for 4 row(s) x 16384 tokens" in line for line in p.lines)
+    s.train.batch_size = 8  # 15 + 98 + 2 GiB: refused before anything starts, with the rows to lower
+    with pytest.raises(AlightError) as err:
+        plan(gpus(1), s, MODEL_7B, trains=True, shape=shape)
+    assert "8 row(s) x 16384 tokens per pass" in err.value.message and "train.batch_size" in err.value.hint
+    with pytest.raises(AlightError) as err:  # weights alone past the GPU: fewer rows would not help, so not offered
+        plan(gpus(1), s, 90 * GIB, trains=True, shape=shape)
+    assert "train.batch_size" not in err.value.hint and "smaller model" in err.value.hint
+
+
+def test_the_trainer_estimate_stays_above_what_an_h200_measured():
+    # bench/results/gpu.json: a Qwen2.5-7B-shaped model trained on an H200 at 4k to 32k tokens per pass, and a 1B
+    # one. The plan's estimate must cover every measured peak (what PyTorch reserved) and the CUDA context itself,
+    # which PyTorch does not count (~0.5 GiB on that machine).
+    context = 512 * 2 ** 20
+    results = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" / "gpu.json").read_text())
+    big = results["memory_by_tokens_7b"]
+    assert len(big["runs"]) >= 3
+    for run in big["runs"]:
+        s = settings(max_model_len=run["row_tokens"])
+        s.train.batch_size = run["rows_per_pass"]
+        needs, _ = gpu_plan.trainer_bytes(s, big["weights_mb"] * 2 ** 20, (big["layers"], big["hidden"]))
+        assert needs >= run["peak_reserved_mb"] * 2 ** 20 + context, run
+    one_b = next(m for m in results["models"] if m["model"] == "big")
+    tokens = one_b["prompt_tokens"] + 160  # the synthetic rows: prompt, two 61-token answers and a 40-token gap
+    s = settings(max_model_len=tokens)
+    s.train.batch_size = 4
+    needs, _ = gpu_plan.trainer_bytes(s, one_b["weights_mb"] * 2 ** 20, (16, 2048))
+    assert needs >= max(r["peak_trainer_reserved_mb"] for r in one_b["rounds"]) * 2 ** 20 + context
 
 
 def test_several_gpus_give_training_its_own_by_default():

@@ -4,7 +4,7 @@ before anything starts, from the GPUs this process may see, the settings and the
 - No GPU: nothing to plan (vLLM on CPU, training on CPU).
 - One GPU: vLLM and training share it. With sleep mode (the default there) vLLM sleeps while the trainer trains,
   so it may keep most of the GPU (0.9); without it, vLLM gets what the trainer leaves: the base weights in bf16,
-  half as much again for activations and 2 GiB of CUDA context and buffers. A plan that cannot fit both is refused
+  the activations of one forward pass (trainer_bytes) and 2 GiB of CUDA context and buffers. A plan that cannot fit both is refused
   up front, naming the model's size, the fraction and the settings to change, instead of failing after a round.
 - Several GPUs: vLLM on `serve.devices` (default: the first `serve.tensor_parallel_size` GPUs), training on
   `train.devices` (default: the last GPU, when vLLM does not take it). Training uses one GPU (the first of
@@ -29,6 +29,11 @@ from agentlightning_cli.errors import AlightError
 GIB = 1024 ** 3
 CONTEXT_BYTES = 2 * GIB  # CUDA context, cuBLAS workspace, LoRA buffers: what a process holds beyond its tensors
 SLEEPING_FRACTION = 0.9  # vLLM's share of a GPU it gives back (sleep level 1) whenever the trainer runs
+# The trainer's activations grow with the tokens of one forward pass (rows per pass x row length), by about this
+# many bytes per token per layer per unit of width (gradient checkpointing on, bf16, LoRA). Measured on an H200
+# (bench/results/gpu.json): a Qwen2.5-7B-shaped model 5.9 (linear from 4k to 32k tokens per pass), a 1B one
+# (16 x 2048) 7.7-8.6; the larger, rounded up, so the estimate stays above both.
+ACTIVATION_BYTES_PER_LAYER_WIDTH = 8
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,41 @@ def weights_bytes(model_dir: Path) -> int:
     return sum(f.stat().st_size for f in files)
 
 
-def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool) -> GpuPlan:
+def model_shape(model_dir: Path) -> tuple[int, int] | None:
+    """(layers, width) from the model's config.json (a multimodal model's text_config too); None when unknown."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    layers, width = config.get("num_hidden_layers"), config.get("hidden_size")
+    return (layers, width) if isinstance(layers, int) and isinstance(width, int) else None
+
+
+def trainer_bytes(settings: Any, model_bytes: int, shape: tuple[int, int] | None) -> tuple[int, str]:
+    """What the trainer needs on its GPU at its peak, and how that was counted: the bf16 weights, one forward
+    pass's activations (train.batch_size rows per process of up to the row limit, train.max_row_tokens else
+    serve.max_model_len, at ACTIVATION_BYTES_PER_LAYER_WIDTH) and CONTEXT_BYTES. Without the model's shape, half
+    the weights stands in for the activations."""
+    train, serve = settings.train, settings.serve
+    rows = max(1, train.batch_size // max(1, getattr(train, "processes", 1) or 1))
+    length = getattr(train, "max_row_tokens", None) or serve.max_model_len or 4096
+    if shape is None:
+        activations, how = model_bytes // 2, "half the weights for activations (the model's shape is unknown)"
+    else:
+        activations = ACTIVATION_BYTES_PER_LAYER_WIDTH * shape[0] * shape[1] * rows * length
+        how = f"{activations / GIB:.1f} GiB of activations for {rows} row(s) x {length} tokens per pass"
+    return model_bytes + activations + CONTEXT_BYTES, how
+
+
+def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool,
+         shape: tuple[int, int] | None = None) -> GpuPlan:
     """The plan for these GPUs (visible_gpus()), settings (serve.devices, train.devices,
-    serve.gpu_memory_utilization, serve.sleep_between_rounds, serve.tensor_parallel_size) and a model of
-    `model_bytes`; `trains`: the run trains between rounds. Raises AlightError when the model cannot fit."""
+    serve.gpu_memory_utilization, serve.sleep_between_rounds, serve.tensor_parallel_size, train.batch_size and
+    the row limit) and a model of `model_bytes` and `shape` (model_shape()); `trains`: the run trains between
+    rounds. Raises AlightError when the model cannot fit."""
     if not gpus:
         return GpuPlan(lines=["no GPU: vLLM and training run on the CPU"])
     serve, train = settings.serve, settings.train
@@ -120,26 +156,37 @@ def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool) -> GpuP
     if not out.shared:
         return out
     total = trainer.total_bytes
-    trainer_needs = int(model_bytes * 1.5) + CONTEXT_BYTES  # bf16 weights + activations, at least
+    trainer_needs, counted = trainer_bytes(settings, model_bytes, shape)
     vllm_needs = int(model_bytes * 1.2) + CONTEXT_BYTES     # weights + a KV cache worth having
     size = f"{model_bytes / GIB:.1f} GiB of weights on a {total / GIB:.0f} GiB GPU"
+    out.lines.append(f"the trainer needs about {trainer_needs / GIB:.1f} GiB: weights, {counted}, CUDA context")
+    # Fewer tokens per pass helps only where the weights leave room for some activations.
+    fewer_rows = ("lower train.batch_size (rows per forward pass; raise train.grad_accum to keep the rows per step) "
+                  "or the row limit (train.max_row_tokens), " if model_bytes + CONTEXT_BYTES < total else "")
     if out.sleep:
         fraction = out.gpu_memory_utilization or SLEEPING_FRACTION
         if trainer_needs > total or vllm_needs > fraction * total:
-            raise AlightError(f"the model does not fit this GPU for both serving and training: {size}",
-                              "use a smaller model, or a GPU with more memory (train.devices: another GPU)")
+            raise AlightError(f"the model does not fit this GPU for both serving and training: {size}; the trainer "
+                              f"needs about {trainer_needs / GIB:.1f} GiB ({counted})",
+                              f"{fewer_rows}use a smaller model, or a GPU with more memory (train.devices: "
+                              "another GPU)")
         out.gpu_memory_utilization = fraction
         out.lines.append(f"one GPU shared: vLLM sleeps while the trainer trains; gpu_memory_utilization {fraction}")
         return out
+    if trainer_needs >= total:
+        raise AlightError(
+            f"the trainer alone does not fit this GPU: {size}; it needs about {trainer_needs / GIB:.1f} GiB "
+            f"(weights, {counted}, CUDA context) before vLLM takes any",
+            f"{fewer_rows}use a smaller model, or give training its own larger GPU (train.devices)")
     room = total - trainer_needs
-    fraction = out.gpu_memory_utilization or round(max(0.0, room / total) - 0.01, 2)
+    fraction = out.gpu_memory_utilization or round(max(0.0, room / total - 0.01), 2)
     if fraction * total < vllm_needs or (1 - fraction) * total < trainer_needs:
         raise AlightError(
             f"vLLM and the trainer cannot share this GPU without sleep mode: {size}; vLLM at "
             f"gpu_memory_utilization {fraction} leaves {(1 - fraction) * total / GIB:.1f} GiB, the trainer needs about "
             f"{trainer_needs / GIB:.1f} GiB and vLLM about {vllm_needs / GIB:.1f} GiB",
-            "set serve.sleep_between_rounds: on (or auto), or give training its own GPU (train.devices), or a "
-            "smaller model")
+            f"set serve.sleep_between_rounds: on (or auto), give training its own GPU (train.devices), "
+            f"{fewer_rows}or use a smaller model")
     out.gpu_memory_utilization = fraction
     out.lines.append(f"one GPU shared without sleep mode: vLLM takes {fraction} of it, the rest is the trainer's")
     return out

@@ -157,12 +157,13 @@ class PolicyServer:
         import os
         import sys
 
-        from agentlightning_cli.serve.gpu_plan import plan, visible_gpus, weights_bytes
+        from agentlightning_cli.serve.gpu_plan import model_shape, plan, visible_gpus, weights_bytes
 
         gpus = visible_gpus()
         if not gpus:
             return
-        self.gpu_plan = chosen = plan(gpus, self.settings, weights_bytes(self.model), self.trains)
+        self.gpu_plan = chosen = plan(gpus, self.settings, weights_bytes(self.model), self.trains,
+                                      model_shape(self.model))
         serve = self.settings.serve
         serve.gpu_memory_utilization = chosen.gpu_memory_utilization
         serve.sleep_between_rounds = "on" if chosen.sleep else "off"
