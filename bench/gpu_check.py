@@ -162,6 +162,125 @@ def memory_by_tokens(work: Path, tiny: Path, shapes: list[tuple[int, int]]) -> d
     return out
 
 
+def out_of_memory(work: Path, tiny: Path, layers: int, prompt: int) -> dict:
+    """A real CUDA out-of-memory in training, as a first GPU user meets it: the 1B model with all but its weights and
+    1 GiB of the GPU taken. The round must end with alight's message and the settings to change (not a raw torch
+    error); once that error is dropped, nothing the failed round made may stay allocated; and the same round must
+    then train in the same process once the memory is there (what rerunning the command does)."""
+    import gc
+    import threading
+
+    import torch
+
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.errors import AlightError
+    from agentlightning_cli.serve.gpu_plan import weights_bytes
+    from agentlightning_cli.store import Store
+    from agentlightning_cli.train.round_step import train_round
+    from trainer_cpu import synthetic_round
+
+    base = big_model(work / "oom-1b", tiny, layers)
+    store = Store.open(work / "oom")
+    run = store.create_run("oom", {})
+    settings = Settings()
+    settings.train.batch_size, settings.train.grad_accum = 4, 2
+    synthetic_round(store, run.id, 0, random.Random(0), tasks=2, attempts=8, prompt=prompt, vocab=4000)
+
+    def train(out_dir: Path) -> dict:
+        result: dict = {}
+
+        def body() -> None:
+            try:
+                result["report"] = train_round(store, run.id, 0, base_model=base, settings=settings, out_dir=out_dir,
+                                               log=lambda m: None)
+            except BaseException as exc:  # noqa: BLE001 - kept to be looked at, then dropped
+                result["error"] = exc
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        thread.join()
+        return result
+
+    torch.cuda.empty_cache()
+    free = torch.cuda.mem_get_info()[0]
+    hold = torch.empty(free - weights_bytes(base) - 2 ** 30, dtype=torch.uint8, device="cuda")
+    baseline = torch.cuda.memory_allocated()
+    result = train(work / "oom-adapter-a")
+    error = result.pop("error", None)
+    out: dict = {"free_mb_left_to_the_trainer": round((free - hold.numel()) / MB),
+                 "error_type": type(error).__name__ if error else None,
+                 "alight_error": isinstance(error, AlightError),
+                 "message": getattr(error, "message", str(error) if error else None),
+                 "hint": getattr(error, "hint", None),
+                 "caused_by": type(error.__cause__).__name__ if error is not None and error.__cause__ else None,
+                 "allocated_while_the_error_lives_mb": round((torch.cuda.memory_allocated() - baseline) / MB)}
+    cause = getattr(error, "__cause__", None)
+    if cause is not None:
+        import traceback
+
+        out["raised_at"] = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}"
+                            for f in traceback.extract_tb(cause.__traceback__)[-8:]]
+        chain, seen = [], cause.__context__
+        while seen is not None and len(chain) < 5:
+            chain.append(type(seen).__name__)
+            seen = seen.__context__
+        out["context_chain"] = chain
+    out["holders"] = holders_of_large_cuda_tensors()
+    del error, result
+    gc.collect()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    torch.cuda.empty_cache()
+    out["left_after_the_error_is_dropped_mb"] = round((torch.cuda.memory_allocated() - baseline) / MB)
+    del hold
+    torch.cuda.empty_cache()
+    again = train(work / "oom-adapter-b")
+    out["retrained"] = "report" in again
+    if "report" in again:
+        out["retrained_rows"], out["retrained_steps"] = again["report"].rows, again["report"].steps
+    else:
+        out["retrain_error"] = repr(again.get("error"))[:500]
+    store.close()
+    print(f"out of memory: {out}", flush=True)
+    return out
+
+
+def holders_of_large_cuda_tensors(limit: int = 3) -> list:
+    """For the largest live CUDA tensors (over 16 MB, not this check's own hold), the chain of object types that
+    refer to each, two levels up: what keeps memory a failed round should have freed."""
+    import gc
+    import types
+
+    import torch
+
+    tensors = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda and obj.dtype != torch.uint8 \
+                    and obj.numel() * obj.element_size() > 16 * MB:
+                tensors.append(obj)
+        except Exception:  # noqa: BLE001 - odd objects in gc's list
+            continue
+    tensors.sort(key=lambda t: -t.numel() * t.element_size())
+    out = []
+    for tensor in tensors[:limit]:
+        levels = []
+        current = [tensor]
+        for _ in range(3):
+            referrers = []
+            for obj in current:
+                referrers += [r for r in gc.get_referrers(obj)
+                              if r is not current and r is not tensors and not isinstance(r, types.FrameType)
+                              or isinstance(r, types.FrameType) and r.f_code.co_name != "holders_of_large_cuda_tensors"]
+            levels.append(sorted({type(r).__name__ + (f" {r.f_code.co_name}" if isinstance(r, types.FrameType) else
+                                                      "") for r in referrers})[:12])
+            current = referrers[:6]
+        out.append({"mb": round(tensor.numel() * tensor.element_size() / MB), "referrers": levels})
+    del tensors
+    return out
+
+
 def plans_here(gpus: list | None = None) -> dict:
     """The GPU plan `alight run --rounds` makes on this machine's GPUs (the driver's list, as alight reads it, or
     `gpus`) for a 7B and a 72B model in bf16 at the default settings (4 rows x 4096 tokens per pass), with sleep
@@ -195,6 +314,9 @@ def main() -> None:
                         help="first-prompt tokens of each synthetic episode (rows grow ~140 past it; default 3000)")
     parser.add_argument("--shape-7b", default="2x2048,2x4096,2x8192,4x8192",
                         help="rows-per-pass x row-tokens runs of a 7B-shaped model ('' skips them)")
+    parser.add_argument("--parts", default="models,plans,shape7b,oom",
+                        help="which checks to run (default all): models (tiny and 1B over two rounds), plans, shape7b "
+                             "(the 7B shape's memory by tokens), oom (a real out-of-memory and the recovery)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"where the JSON goes (default {RESULTS})")
     args = parser.parse_args()
     try:
@@ -209,14 +331,20 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="alight-gpu-check-"))
     started = time.perf_counter()
     tiny = build_tiny_model(work / "tiny")
-    models = [("tiny", tiny), ("big", big_model(work / "big", tiny, args.big_layers))]
-    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
-               "models": [check_model(label, path, args.hold, args.rows_per_round,
-                                           args.prompt_tokens, work) for label, path in models]}
-    results["plans"] = plans_here()
-    if args.shape_7b:
+    parts = set(args.parts.split(","))
+    results: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
+                     "models": []}
+    if "models" in parts:
+        models = [("tiny", tiny), ("big", big_model(work / "big", tiny, args.big_layers))]
+        results["models"] = [check_model(label, path, args.hold, args.rows_per_round, args.prompt_tokens, work)
+                             for label, path in models]
+    if "plans" in parts:
+        results["plans"] = plans_here()
+    if "shape7b" in parts and args.shape_7b:
         shapes = [tuple(int(n) for n in item.split("x")) for item in args.shape_7b.split(",")]
         results["memory_by_tokens_7b"] = memory_by_tokens(work, tiny, shapes)
+    if "oom" in parts:
+        results["out_of_memory"] = out_of_memory(work, tiny, args.big_layers, args.prompt_tokens)
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(f"{results['device']}, torch {results['torch']} (CUDA {results['cuda']}), {results['seconds']} s")
     print(f"{'model':6} {'params M':>8} {'round':>5} {'rows':>4} {'s':>6} {'tok/s (median)':>14} {'peak MB':>8} "
@@ -228,7 +356,7 @@ def main() -> None:
                   f"{(tps[len(tps) // 2] if tps else '-'):>14} {r['peak_trainer_reserved_mb']:>8} "
                   f"{m['plan_trainer_estimate_mb']:>7} {r['left_allocated_mb']:>7} "
                   f"{r['left_without_cublas_workspace_mb']:>15} {'yes' if r['continued'] else 'no'}")
-    for name, decided in results["plans"].items():
+    for name, decided in results.get("plans", {}).items():
         if name != "visible_gpus":
             print(f"plan {name}: " + (f"refused: {decided['refused']}" if "refused" in decided else
                                       f"gpu_memory_utilization {decided['gpu_memory_utilization']}, "

@@ -197,5 +197,5 @@ def oom_hint(settings: Any) -> str:
     serve = settings.serve
     return (f"lower train.batch_size (now {settings.train.batch_size}) or train.max_row_tokens; with one GPU set "
             f"serve.sleep_between_rounds: on (now {serve.sleep_between_rounds}) or lower serve.gpu_memory_utilization"
-            f" (now {serve.gpu_memory_utilization}); or give training its own GPU (train.devices). Rerun the same "
+            f" (now {serve.gpu_memory_utilization or 'vLLM default'}); or give training its own GPU (train.devices). Rerun the same "
             "command to resume: the round trains again")

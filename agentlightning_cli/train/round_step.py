@@ -165,16 +165,26 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     job = GRPORun(base_model=base_model, rows=rows, out_dir=Path(out_dir), settings=t, temperature=temperature,
                   rank=rank, previous_adapter=previous, on_step=on_step,
                   logging_dir=Path(store.path).parent / "logs" / "tensorboard" / f"round-{round_index}")
+    oom: str | None = None
     try:
         result = train(job)
     except Exception as exc:
         if not out_of_memory(exc):
             raise
+        # Only its first line is kept: the error object must not outlive this block. Its traceback holds the
+        # trainer's frames, and through them its model, for as long as it lives — and `alight run` wakes vLLM (its
+        # weights and KV cache back onto the GPU) while the round's error is on its way up. Measured on an H200
+        # (bench/results/gpu.json, out_of_memory): a 1B trainer's 2 GB stayed allocated while the error lived,
+        # clearing the traceback's frames did not free it, and dropping the error did.
+        oom = (str(exc).strip().splitlines() or ["out of memory"])[0][:300]
+    if oom is not None:
         from agentlightning_cli.serve.gpu_plan import oom_hint
+        from agentlightning_cli.train.grpo import release_memory
 
+        release_memory()  # outside the except block: the out-of-memory error is gone, and what it held with it
         raise AlightError(f"training round {round_index} ran out of GPU memory ({len(rows)} rows of up to "
-                          f"{max(r.length for r in rows)} tokens, batch {t.batch_size}, LoRA rank {rank})",
-                          oom_hint(settings)) from exc
+                          f"{max(r.length for r in rows)} tokens, batch {t.batch_size}, LoRA rank {rank}): {oom}",
+                          oom_hint(settings))
     imp = result.importance
     if imp.get("tokens"):
         log(f"  importance weights (round-start trainer vs vLLM, cap {imp['cap']:g}): mean {imp['mean']:.4f}"
