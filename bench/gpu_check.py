@@ -36,15 +36,13 @@ RESULTS = ROOT / "bench" / "results" / "gpu.json"
 MB = 2 ** 20
 
 
-def big_model(out: Path, tiny: Path, layers: int) -> Path:
-    """A Qwen2-shaped model of ~1.1B parameters (16 layers at 2048 wide) with random bf16 weights, saved with the
-    tiny model's tokenizer (vocabulary 4096), so the synthetic rows fit both."""
+def random_model(out: Path, tiny: Path, **shape) -> Path:
+    """A Qwen2 model of `shape` (Qwen2Config's arguments) with random bf16 weights, built on the GPU and saved with
+    the tiny model's tokenizer (vocabulary 4096), so the synthetic rows (ids below 4000) fit it."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(vocab_size=4096, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
-                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096,
-                         tie_word_embeddings=True, torch_dtype="bfloat16")
+    config = Qwen2Config(torch_dtype="bfloat16", **shape)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
     model.save_pretrained(str(out))
@@ -54,6 +52,13 @@ def big_model(out: Path, tiny: Path, layers: int) -> Path:
         if (tiny / name).exists():
             shutil.copy(tiny / name, out / name)
     return out
+
+
+def big_model(out: Path, tiny: Path, layers: int) -> Path:
+    """~1B parameters (16 layers at 2048 wide), vocabulary 4096."""
+    return random_model(out, tiny, vocab_size=4096, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
+                        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096,
+                        tie_word_embeddings=True)
 
 
 def check_model(label: str, base: Path, hold: float, rows: int, prompt: int, work: Path) -> dict:
@@ -117,25 +122,15 @@ def memory_by_tokens(work: Path, tiny: Path, shapes: list[tuple[int, int]]) -> d
     random bf16 weights) against the rows in one forward pass: (rows per pass, row length) per entry, each row a
     500-token prompt and one long completion (a multi-call row is trained on almost all of itself)."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
 
     from agentlightning_cli.config import Settings
     from agentlightning_cli.serve.gpu_plan import weights_bytes
     from agentlightning_cli.store import Store
     from trainer_cpu import synthetic_round, train_in_new_thread
 
-    base = work / "7b"
-    config = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                         num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-                         tie_word_embeddings=False, torch_dtype="bfloat16")
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
-    model.save_pretrained(str(base))
-    del model
-    torch.cuda.empty_cache()
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
-        if (tiny / name).exists():
-            shutil.copy(tiny / name, base / name)
+    base = random_model(work / "7b", tiny, vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                        max_position_embeddings=32768, tie_word_embeddings=False)
     out = {"weights_mb": round(weights_bytes(base) / MB), "layers": 28, "hidden": 3584, "intermediate": 18944,
            "vocab": 152064, "runs": []}
     baseline = torch.cuda.memory_allocated()

@@ -22,15 +22,8 @@ from agentlightning_cli.train.round_step import train_round
 ROUNDS = 3
 
 
-def resident_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096
-
-
-def test_each_round_frees_its_model_and_memory_does_not_grow(tmp_path: Path, monkeypatch):
-    tiny = build_tiny_model(tmp_path / "tiny")
-    store, run = new_run(tmp_path)
-    record_round(store, run.id, 0, tasks=4, attempts=4, calls=3)
+def watch_models(monkeypatch) -> list[weakref.ref]:
+    """A weak reference to each model the trainer loads from now on."""
     models: list[weakref.ref] = []
     real_load = grpo.load_policy
 
@@ -40,6 +33,19 @@ def test_each_round_frees_its_model_and_memory_does_not_grow(tmp_path: Path, mon
         return model, tokenizer, lora
 
     monkeypatch.setattr(grpo, "load_policy", load_policy)
+    return models
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+
+
+def test_each_round_frees_its_model_and_memory_does_not_grow(tmp_path: Path, monkeypatch):
+    tiny = build_tiny_model(tmp_path / "tiny")
+    store, run = new_run(tmp_path)
+    record_round(store, run.id, 0, tasks=4, attempts=4, calls=3)
+    models = watch_models(monkeypatch)
     gc.disable()  # only the trainer's own release may free the cycles: no collection happens by chance
     try:
         after = []
@@ -70,18 +76,11 @@ def test_a_round_out_of_gpu_memory_frees_its_model_before_the_error_leaves(tmp_p
     tiny = build_tiny_model(tmp_path / "tiny")
     store, run = new_run(tmp_path)
     record_round(store, run.id, 0, tasks=2, attempts=4)
-    models: list[weakref.ref] = []
-    real_load = grpo.load_policy
-
-    def load_policy(*args, **kwargs):
-        model, tokenizer, lora = real_load(*args, **kwargs)
-        models.append(weakref.ref(model))
-        return model, tokenizer, lora
+    models = watch_models(monkeypatch)
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(grpo, "load_policy", load_policy)
     monkeypatch.setattr(StoredGRPOTrainer, "compute_loss", compute_loss)
     gc.disable()  # only alight's own release may free the cycles
     try:
