@@ -66,7 +66,7 @@ def check_model(label: str, base: Path, hold: float, rows: int, prompt: int, wor
     from safetensors.torch import load_file
 
     from agentlightning_cli.config import Settings
-    from agentlightning_cli.serve.gpu_plan import CONTEXT_BYTES, weights_bytes
+    from agentlightning_cli.serve.gpu_plan import model_shape, trainer_bytes, weights_bytes
     from agentlightning_cli.store import Store
     from trainer_cpu import synthetic_round, train_in_new_thread
 
@@ -111,8 +111,9 @@ def check_model(label: str, base: Path, hold: float, rows: int, prompt: int, wor
     del held
     torch.cuda.empty_cache()
     weights = weights_bytes(base)
+    settings.serve.max_model_len = prompt + 160  # the longest synthetic row: the plan's row limit for these rows
     return {"model": label, "params_m": round(params / 1e6, 1), "weights_mb": round(weights / MB),
-            "plan_trainer_estimate_mb": round((int(weights * 1.5) + CONTEXT_BYTES) / MB),
+            "plan_trainer_estimate_mb": round(trainer_bytes(settings, weights, model_shape(base))[0] / MB),
             "prompt_tokens": prompt, "gpu_total_mb": round(total / MB), "held": hold,
             "rounds": rounds, "round2_continued_round1": rounds[1]["continued"] == str(work / f"{label}-adapter-1")}
 
