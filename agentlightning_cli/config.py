@@ -145,8 +145,9 @@ class TrainSettings(Section):
     """How consecutive calls join into one row: strict = exact token prefix; splice = the next prompt starts with
     the previous prompt (the previous reply's sampled ids kept; the gap taken after that turn's end token)."""
     devices: list[int] = Field(default_factory=list)
-    """The GPU training runs on (the first listed; counted among those alight may see); empty: the last GPU when
-    vLLM does not take it, else vLLM's own (then shared, with sleep mode). serve/gpu_plan.py."""
+    """The GPUs training runs on, one per training process (train.processes; the first listed for one), counted
+    among those alight may see; empty: the last GPUs vLLM does not take, else (one process) vLLM's own, shared
+    with sleep mode. Too few for train.processes is refused before anything starts. serve/gpu_plan.py."""
     outcomes: list[str] = Field(default_factory=lambda: ["finished", "budget_exceeded", "timeout"])
     """Harness outcomes whose episodes train (harness_error / no_calls say nothing about the policy)."""
     scale_rewards: Literal["group", "batch", "none"] = "group"

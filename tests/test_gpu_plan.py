@@ -128,7 +128,32 @@ def test_several_gpus_give_training_its_own_by_default():
     s = settings(devices=[0, 1])
     s.train.devices = [2, 3]
     chosen = plan(gpus(4), s, MODEL_7B, trains=True)
-    assert chosen.train_device == "2" and any("GPU 2 only" in line for line in chosen.lines)
+    assert chosen.train_devices == ["2"] and any("train.devices 3 unused" in line for line in chosen.lines)
+
+
+def test_each_training_process_gets_a_gpu_of_its_own_or_the_plan_refuses_naming_the_devices(tmp_path):
+    s = settings()
+    s.train.processes = 3
+    p = plan(gpus(4), s, MODEL_7B, trains=True)  # vLLM on 0, the three ranks on the rest
+    assert (p.serve_devices, p.train_devices, p.shared) == (["0"], ["1", "2", "3"], False)
+    assert any("3 processes, one GPU each" in line for line in p.lines)
+    with pytest.raises(AlightError, match=r"3 training processes need 3 GPUs, one each: this machine shows 2 "
+                                          r"\(0..1\), vLLM takes 0 and 1 is free") as refused:
+        plan(gpus(2), s, MODEL_7B, trains=True)
+    assert "lower train.processes to 1" in refused.value.hint
+    s.train.devices = [2, 3]
+    with pytest.raises(AlightError, match=r"train.devices \[2, 3\] gives 2"):
+        plan(gpus(4), s, MODEL_7B, trains=True)
+    s.train.devices = [0, 1, 2]  # named explicitly: vLLM's GPU 0 shared (it sleeps while they train)
+    shared = plan(gpus(4), s, MODEL_7B, trains=True)
+    assert shared.train_devices == ["0", "1", "2"] and shared.shared and shared.sleep
+    # accelerate's config decides the ranks on this machine (num_processes over num_machines)
+    config = tmp_path / "accelerate.yaml"
+    config.write_text("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 4\n")
+    s = settings()
+    s.train.accelerate_config = str(config)
+    assert plan(gpus(4), s, MODEL_7B, trains=True).train_devices == ["2", "3"]
+    assert plan(gpus(4), s, MODEL_7B, trains=False).train_devices == []  # serving alone needs no trainer GPUs
 
 
 def test_serving_alone_and_wrong_devices_and_no_gpu():
@@ -174,6 +199,35 @@ def test_the_plan_is_applied_before_vllm_starts(tmp_path, monkeypatch):
     assert server_env({"CUDA_VISIBLE_DEVICES": "1"}, cuda_devices=["0"])["CUDA_VISIBLE_DEVICES"] == "0"
     assert policy.settings.serve.sleep_between_rounds == "off" and not policy.sleeps  # not shared: no sleep
     assert "--enable-sleep-mode" not in build_command("python", tiny, 8000, policy.settings.serve)
+
+
+def test_several_training_processes_see_their_gpus_and_a_plan_short_of_gpus_stops_before_vllm(tmp_path, monkeypatch):
+    from agentlightning_cli.serve.policy import PolicyServer
+    from agentlightning_cli.serve.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "tiny")
+    started = []
+    config = small_settings()
+    config.train.processes = 2
+    monkeypatch.setattr(gpu_plan, "visible_gpus", lambda: gpus(3))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    policy = PolicyServer(config, tmp_path / "run", tiny, trains=True)
+    def vllm_starts(*args, **kwargs):
+        started.append(1)
+        raise StopIteration
+
+    monkeypatch.setattr(policy.vllm, "start", vllm_starts)
+    with pytest.raises(StopIteration):
+        policy.start()
+    assert policy.vllm.cuda_devices == ["0"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1,2"  # one per rank
+    monkeypatch.setattr(gpu_plan, "visible_gpus", lambda: gpus(2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    short = PolicyServer(small_settings(), tmp_path / "run2", tiny, trains=True)
+    short.settings.train.processes = 2
+    monkeypatch.setattr(short.vllm, "start", lambda *a, **k: started.append(2))
+    with pytest.raises(AlightError, match="2 training processes need 2 GPUs"):
+        short.start()
+    assert started == [1] and os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"  # refused before vLLM or CUDA moved
 
 
 def test_a_trainer_out_of_gpu_memory_ends_with_what_to_change(tmp_path, monkeypatch):

@@ -8,9 +8,10 @@ before anything starts, from the GPUs this process may see, the settings and the
   fit both is refused up front, naming the model's size, the fraction and the settings to change, instead of
   failing after a round.
 - Several GPUs: vLLM on `serve.devices` (default: the first `serve.tensor_parallel_size` GPUs), training on
-  `train.devices` (default: the last GPU, when vLLM does not take it). Training uses one GPU (the first of
-  train.devices): several would need accelerate's multi-process launch. Nothing set never crashes: the trainer
-  only ever sees its own GPU.
+  `train.devices` (default: the last GPUs vLLM does not take). Training takes one GPU per training process
+  (`train.processes`, or the num_processes of `train.accelerate_config`, per machine): accelerate gives each
+  rank one of them. A plan without that many is refused before anything starts, naming the devices: N ranks on
+  one GPU would each load the model there and fail in the first round.
 
 Device numbers in settings count the GPUs this process may see (CUDA_VISIBLE_DEVICES, if set, else the driver's
 list); the plan turns them into the values each process gets in its own CUDA_VISIBLE_DEVICES.
@@ -50,13 +51,19 @@ class Gpu:
 class GpuPlan:
     serve_devices: list[str] = field(default_factory=list)
     """vLLM's CUDA_VISIBLE_DEVICES ([]: no GPU, leave it alone)."""
-    train_device: str | None = None
-    """The trainer's one GPU (set as alight's own CUDA_VISIBLE_DEVICES before torch starts CUDA); None: CPU."""
+    train_devices: list[str] = field(default_factory=list)
+    """The trainer's GPUs, one per training process (alight's own CUDA_VISIBLE_DEVICES, set before torch starts
+    CUDA; accelerate's ranks inherit it and take one each); []: no training on a GPU."""
     shared: bool = False
     sleep: bool = False
     gpu_memory_utilization: float | None = None
     lines: list[str] = field(default_factory=list)
     """What was decided and why, for the log and the run's snapshot."""
+
+    @property
+    def train_device(self) -> str | None:
+        """The first training GPU (the one a single training process uses); None: CPU."""
+        return self.train_devices[0] if self.train_devices else None
 
 
 def visible_gpus() -> list[Gpu]:
@@ -116,6 +123,24 @@ def trainer_bytes(settings: Any, model_bytes: int, shape: tuple[int, int] | None
     return model_bytes + activations + CONTEXT_BYTES, how
 
 
+def training_processes(train: Any) -> int:
+    """Training processes on this machine: train.processes, or what train.accelerate_config launches here
+    (its num_processes over its num_machines). An unreadable config counts as train.processes: accelerate
+    itself reports it when the round launches."""
+    processes = max(1, getattr(train, "processes", 1) or 1)
+    config_path = getattr(train, "accelerate_config", None)
+    if not config_path:
+        return processes
+    try:
+        import yaml
+
+        config = yaml.safe_load(Path(config_path).expanduser().read_text()) or {}
+        total, machines = int(config.get("num_processes") or processes), int(config.get("num_machines") or 1)
+    except Exception:  # unreadable or not YAML: the launch reports it in accelerate's own words
+        return processes
+    return max(1, total // max(1, machines))
+
+
 def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool,
          shape: tuple[int, int] | None = None) -> GpuPlan:
     """The plan for these GPUs (visible_gpus()), settings (serve.devices, train.devices,
@@ -141,21 +166,40 @@ def plan(gpus: list[Gpu], settings: Any, model_bytes: int, trains: bool,
         raise AlightError(f"serve.replicas {replicas} x serve.tensor_parallel_size {tp} needs {tp * replicas} GPU(s) "
                           f"for vLLM; it has {len(vllm_gpus)}",
                           "lower serve.replicas or serve.tensor_parallel_size, or give serve.devices more GPUs")
+    ranks = training_processes(train) if trains else 1
+    free = [g for g in gpus if g not in vllm_gpus]
     if train.devices:
-        trainer = pick(list(train.devices), "train.devices")[0]
+        chosen = pick(list(train.devices), "train.devices")
+        if len(chosen) < ranks:
+            raise AlightError(
+                f"{ranks} training processes need {ranks} GPUs, one each; train.devices {list(train.devices)} "
+                f"gives {len(chosen)}", f"list {ranks} GPUs in train.devices, or lower train.processes to "
+                f"{len(chosen)}")
+        trainers = chosen[:ranks]
+    elif len(free) >= ranks:
+        trainers = free[len(free) - ranks:]
+    elif ranks == 1:
+        trainers = vllm_gpus[:1]
     else:
-        free = [g for g in gpus if g not in vllm_gpus]
-        trainer = free[-1] if free else vllm_gpus[0]
-    out = GpuPlan(serve_devices=[g.id for g in vllm_gpus], train_device=trainer.id if trains else None)
+        raise AlightError(
+            f"{ranks} training processes need {ranks} GPUs, one each: this machine shows {count} "
+            f"(0..{count - 1}), vLLM takes {', '.join(g.id for g in vllm_gpus)} and "
+            + (f"{', '.join(g.id for g in free)} {'is' if len(free) == 1 else 'are'} free" if free else "none is free"),
+            f"lower train.processes to {max(1, len(free))}, give vLLM fewer GPUs (serve.devices, serve.replicas), "
+            "or name the training GPUs in train.devices (vLLM's own, with sleep mode, if they must be shared)")
+    out = GpuPlan(serve_devices=[g.id for g in vllm_gpus], train_devices=[g.id for g in trainers] if trains else [])
     out.lines.append(f"vLLM on GPU {', '.join(g.id for g in vllm_gpus)}"
-                     + (f"; training on GPU {trainer.id}" if trains else ""))
-    if train.devices and len(train.devices) > 1:
-        out.lines.append(f"training uses GPU {trainer.id} only (several training GPUs need accelerate's launch)")
-    out.shared = trains and trainer in vllm_gpus
+                     + (f"; training on GPU {', '.join(g.id for g in trainers)}"
+                        + (f" ({ranks} processes, one GPU each)" if ranks > 1 else "") if trains else ""))
+    if train.devices and len(train.devices) > ranks:
+        unused = ", ".join(str(n) for n in list(train.devices)[ranks:])
+        out.lines.append(f"train.devices {unused} unused: {ranks} training process(es) take one GPU each")
+    out.shared = trains and any(g in vllm_gpus for g in trainers)
     out.sleep = serve.sleep_between_rounds == "on" or (serve.sleep_between_rounds == "auto" and out.shared)
     out.gpu_memory_utilization = serve.gpu_memory_utilization
     if not out.shared:
         return out
+    trainer = min(trainers, key=lambda g: g.total_bytes)  # each rank holds a whole copy: the smallest GPU decides
     total = trainer.total_bytes
     trainer_needs, counted = trainer_bytes(settings, model_bytes, shape)
     vllm_needs = int(model_bytes * 1.2) + CONTEXT_BYTES     # weights + a KV cache worth having

@@ -152,8 +152,8 @@ class PolicyServer:
 
     def _plan_gpus(self) -> None:
         """Where vLLM and the trainer run and vLLM's share of a shared GPU (serve/gpu_plan.py), applied before
-        vLLM starts: its GPUs, fraction and sleep mode; the trainer's GPU becomes this process's only visible one
-        (training runs in this process, after this, and alight uses CUDA nowhere else)."""
+        vLLM starts: its GPUs, fraction and sleep mode; the trainer's GPUs become this process's only visible ones
+        (training runs in this process or its accelerate ranks, after this, and alight uses CUDA nowhere else)."""
         import os
         import sys
 
@@ -169,8 +169,8 @@ class PolicyServer:
         serve.sleep_between_rounds = "on" if chosen.sleep else "off"
         for server, devices in zip(self.servers, replica_devices(chosen.serve_devices, len(self.servers))):
             server.cuda_devices = devices
-        if chosen.train_device is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = chosen.train_device
+        if chosen.train_devices:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen.train_devices)
         for line in chosen.lines:
             print(f"alight: GPU plan: {line}", file=sys.stderr, flush=True)
 
