@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from tests.harness_support import harness_home
 
@@ -80,11 +81,13 @@ def image_with_project(name: str, project: Path, base: str = IMAGE, workdir: str
     return name
 
 
-def swebench_instance(tmp_path: Path, runtime_name: str = "podman") -> tuple[dict, str]:
+def swebench_instance(tmp_path: Path, runtime_name: str = "podman", name: str = "localhost/alight-test-swe:acme-calc",
+                      project_hook: Callable[[Path], None] | None = None) -> tuple[dict, str]:
     """A SWE-bench-format instance built here: the mirror repository of test_tasks_swebench at its base commit in
     an image at /testbed, with its own eval script (test-file reset, test_patch inlined, markers, the test
     command), log_parser parse_log_pytest, eval_type pass_and_fail. Returns the row (its gold `patch` included)
-    and the image."""
+    and the image. `project_hook(project)` may change the project's repository before the image is made (its HEAD is the
+    base commit)."""
     from tests.test_tasks_swebench import git, make_mirror
 
     mirror_dir, line = make_mirror(tmp_path)
@@ -94,8 +97,10 @@ def swebench_instance(tmp_path: Path, runtime_name: str = "podman") -> tuple[dic
     (project / ".gitignore").write_text("conftest.py\n")
     git(project, "add", ".gitignore")
     git(project, "commit", "-qm", "ignore local conftest files")
+    if project_hook is not None:
+        project_hook(project)
     base = git(project, "rev-parse", "HEAD")
-    image = image_with_project("localhost/alight-test-swe:acme-calc", project, runtime_name=runtime_name)
+    image = image_with_project(name, project, runtime_name=runtime_name)
     eval_script = "\n".join([
         "#!/bin/bash", "set -uxo pipefail", "cd /testbed", "git config --global --add safe.directory /testbed",
         f"git checkout {base} tests/test_calc.py", "git apply -v - <<'EOF_114329324912'",

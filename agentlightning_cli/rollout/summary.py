@@ -51,6 +51,9 @@ class RoundSummary:
     sandbox: str | None = "bwrap"
     """Where the round's episodes ran, as each one's runner recorded it: `bwrap` (sandboxed), `none` (on the host,
     chosen explicitly), both joined by ", " when a resumed round mixed them; None when no harness ran."""
+    history: dict[str, int] | None = None
+    """Workspaces whose repository held history past the task's base commit, left out (tasks/history.py):
+    episodes, tasks, and per task the refs and objects removed; None when no workspace's was."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +80,26 @@ def summarize(run_name: str, round_index: int, k: int, episodes: Iterable[Any], 
     return RoundSummary(
         run=run_name, round=round_index, k=k, episodes=len(eps), mean_reward=_mean(rewards), tasks=tasks,
         statuses=dict(Counter(e.status for e in eps)), outcomes=dict(Counter(e.outcome or "none" for e in eps)),
-        calls=calls, trainable=trainable, notes=list(notes or []), sandbox=sandbox_modes(eps))
+        calls=calls, trainable=trainable, notes=list(notes or []), sandbox=sandbox_modes(eps),
+        history=history_removed(eps))
+
+
+def history_removed(episodes: Iterable[Any]) -> dict[str, int] | None:
+    """What the episodes' workspaces left out of their repositories (each episode's record, `history`): every
+    attempt at a task has the same, so refs and objects are counted once per task."""
+    per_task: dict[str, dict] = {}
+    episodes_scrubbed = 0
+    for ep in episodes:
+        seen = (getattr(ep, "outcome_detail", None) or {}).get("history")
+        if isinstance(seen, dict) and seen.get("scrubbed"):
+            episodes_scrubbed += 1
+            per_task[ep.task_id] = seen
+    if not episodes_scrubbed:
+        return None
+    return {"episodes": episodes_scrubbed, "tasks": len(per_task),
+            "refs": sum(int(h.get("refs_removed", 0)) for h in per_task.values()),
+            "objects": sum(int(h.get("objects_removed", 0)) for h in per_task.values()),
+            "reflogs": sum(int(h.get("reflogs_removed", 0)) for h in per_task.values())}
 
 
 def sandbox_modes(episodes: Iterable[Any]) -> str | None:
@@ -116,5 +138,10 @@ def render(summary: RoundSummary, console: Any) -> None:
     if summary.sandbox is not None and "none" in summary.sandbox.split(", "):
         some = "some " if summary.sandbox != "none" else ""
         console.print(f"sandbox:  {summary.sandbox} - {some}episodes, setup and reward ran on the host, unsandboxed")
+    if summary.history:
+        h = summary.history
+        console.print(f"history:  {h['episodes']} workspace(s) of {h['tasks']} task(s) scrubbed: their repositories "
+                      f"held history past the base commit, left out ({h['refs']} ref(s), {h['reflogs']} reflog(s), "
+                      f"{h['objects']:,} object(s))")
     for note in summary.notes:
         console.print(f"note:     {note}")

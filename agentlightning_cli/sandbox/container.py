@@ -163,6 +163,16 @@ def check_harness(runtime: str, image: str, name: str, argv: list[str], read_onl
     return lines[0] if lines else ""
 
 
+def image_id(runtime: str, image: str) -> str:
+    """The image's content id (what a tag names now): a cache keyed by it is never reused for a rebuilt image."""
+    proc = subprocess.run([runtime, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True,
+                          timeout=PROBE_TIMEOUT_S)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise AlightError(f"cannot read the id of the image {image}: {_last_line(proc.stderr)}",
+                          f"is it present (`{Path(runtime).name} image exists {image}`)?")
+    return proc.stdout.strip().splitlines()[0]
+
+
 def copy_out(runtime: str, image: str, path: str, dest: Path) -> None:
     """The contents of `path` in `image` copied into the folder `dest` (an episode's workspace made from the
     image's own project, built artifacts included). AlightError naming the image and path when it fails."""

@@ -5,6 +5,7 @@ May import: sandbox/ (setup and reward run sandboxed), store/, config, errors, p
 the harness package or commands/.
 """
 
+from agentlightning_cli.tasks.history import History, clean_history, install_history
 from agentlightning_cli.tasks.load import TaskSetReport, check_task_file, load_tasks
 from agentlightning_cli.tasks.model import Problem, SwebenchSpec, Task
 from agentlightning_cli.tasks.patch import AgentPatch, agent_patch, patch_base_dir, remove_base, snapshot_base
@@ -12,12 +13,15 @@ from agentlightning_cli.tasks.workspace import prepare_workspace, reveal_hidden_
 
 __all__ = [
     "AgentPatch",
+    "History",
     "Problem",
     "SwebenchSpec",
     "Task",
     "TaskSetReport",
     "agent_patch",
     "check_task_file",
+    "clean_history",
+    "install_history",
     "load_tasks",
     "patch_base_dir",
     "prepare_workspace",

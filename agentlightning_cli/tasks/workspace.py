@@ -1,23 +1,30 @@
 """Make a task's workspace (repo at its commit, setup run) and reveal the hidden files after the agent.
 
 Every workspace is a git repository whose HEAD is the starting point, so the agent's changes are `git diff HEAD`
-(plus untracked files) whatever the source was. Only the base commit and its ancestors are fetched, never later
-commits or tags: those could contain the very fix the agent is asked to write.
+(plus untracked files) whatever the source was. It holds the base commit and its ancestors only - no later
+commits, tags, other branches, remotes, reflogs or unreachable objects: those could contain the very fix the agent
+is asked to write (history.py). A local repository or an image's project is reduced to that once per (source, base
+commit) into `history_cache` and copied into each workspace; a URL (or a `fetch_depth`) is fetched at the base
+commit alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox.choice import resolve, task_shell_spec
-from agentlightning_cli.sandbox.container import copy_out, runtime_path
+from agentlightning_cli.sandbox.container import copy_out, image_id, runtime_path
 from agentlightning_cli.tasks.base_files import base_versions, git_env
+from agentlightning_cli.tasks.history import (History, cached_history, clean_history, install_history, scrub_checkout,
+                                              temporary_cache)
 from agentlightning_cli.tasks.model import Task
 from agentlightning_cli.tasks.shell import run_shell
 from agentlightning_cli.tasks.swebench import test_patch_paths
@@ -38,22 +45,33 @@ def prepare_workspace(
     sandbox: str | None = None,
     limits: EpisodeLimits | None = None,
     container_runtime: str = "auto",
+    history_cache: Path | None = None,
+    on_history: Callable[[History], None] | None = None,
 ) -> Path:
     """Create dest (absent or empty) with the task's repository at its base commit, then run its setup commands.
 
     fetch_depth limits the history fetched from a git source (None: all ancestors, as SWE-bench's images have;
     1 is much faster for big repositories, at the price of `git log` in the workspace). Each setup command runs as `bash -c` in the workspace with its own limit (setup_timeout_s); the first
     failure raises AlightError naming the task, the command and the tail of its output.
+
+    history_cache: where the base commit's history of a local repository or an image's project is kept once
+    made (a run's source cache; None: made for this call alone). on_history: told what the source held past it.
     """
     dest = Path(dest).absolute()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise AlightError(f"task {task.id}: workspace {dest} already exists and is not empty", "use a fresh folder")
     dest.mkdir(parents=True, exist_ok=True)
     in_image = task.container_workdir is not None and task.image is not None and resolve(sandbox, limits)[0] == "container"
-    if in_image:  # the project as the image has it (installed, built): the agent's starting point
-        copy_out(runtime_path(container_runtime), task.image, task.container_workdir, dest)
-    else:
-        _make_repo(task, dest, fetch_timeout_s, fetch_depth)
+    with temporary_cache() as scratch:
+        cache = Path(history_cache) if history_cache is not None else Path(scratch)
+        if in_image:  # the project as the image has it (installed, built): the agent's starting point
+            runtime = runtime_path(container_runtime)
+            copy_out(runtime, task.image, task.container_workdir, dest)
+            history = _image_history(task, dest, runtime, cache)
+        else:
+            history = _make_repo(task, dest, fetch_timeout_s, fetch_depth, cache)
+    if history is not None and on_history is not None:
+        on_history(history)
     # Setup runs sandboxed like the agent (`sandbox`/`limits`, None: the settings); network only with setup_network.
     box = task_shell_spec(dest, network=task.setup_network, mode=sandbox, limits=limits, image=task.image,
                           runtime=container_runtime, workdir=task.container_workdir) if task.setup else None
@@ -71,8 +89,10 @@ def prepare_workspace(
     return dest
 
 
-def _make_repo(task: Task, dest: Path, fetch_timeout_s: float, fetch_depth: int | None) -> None:
+def _make_repo(task: Task, dest: Path, fetch_timeout_s: float, fetch_depth: int | None, cache: Path) -> History | None:
     """The task's repository at its base commit in dest (empty, plain folder, local git or URL)."""
+    if task.repo_kind == "git-dir" and not fetch_depth:
+        return _local_history(task, dest, cache)
     _git(task, dest, "init", "-q")
     for key, value in (("user.name", "alight"), ("user.email", "alight@localhost"), ("commit.gpgsign", "false")):
         _git(task, dest, "config", key, value)  # so an agent's own `git commit` works in the workspace
@@ -84,6 +104,30 @@ def _make_repo(task: Task, dest: Path, fetch_timeout_s: float, fetch_depth: int 
         _git(task, dest, "commit", "-q", "--allow-empty", "-m", f"alight: {task.id} starting point")
     else:
         _fetch_base(task, dest, fetch_timeout_s, fetch_depth)
+    return None
+
+
+def _local_history(task: Task, dest: Path, cache: Path) -> History:
+    """A local repository's base commit, its history made clean once per (repository, commit) and copied in."""
+    source = task.repo or ""
+    sha = _resolve_local(task, source, task.base_commit or "HEAD")
+    common = Path(_git(task, Path(source), "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    key = hashlib.sha256(f"local\0{common.resolve()}\0{sha}".encode()).hexdigest()[:24]
+    with cached_history(cache, key, lambda made: clean_history(common, sha, made, borrowed=True)) as history:
+        install_history(history, dest, checkout=True, branch="main")
+    return history
+
+
+def _image_history(task: Task, dest: Path, runtime: str, cache: Path) -> History | None:
+    """The image's project with its `.git` (and its submodules') reduced to the base commit's history, made clean
+    once per (image, folder, base commit). None when the project is no git repository."""
+    ident = f"image\0{image_id(runtime, task.image or '')}\0{task.container_workdir}\0{task.base_commit or 'HEAD'}"
+    key = hashlib.sha256(ident.encode()).hexdigest()[:24]
+    try:
+        return scrub_checkout(dest, task.base_commit, cache, key)
+    except AlightError as exc:
+        raise AlightError(f"task {task.id}: the project at {task.container_workdir} in {task.image}: {exc.message}",
+                          exc.hint) from None
 
 
 def task_env(task: Task, workspace: Path) -> dict[str, str]:
@@ -135,6 +179,9 @@ def copy_over(src: Path, dest: Path) -> None:
     and every parent folder on the way is made a real folder, so the copies land in the workspace, verbatim.
     """
     src, dest = Path(src), Path(dest)
+    if not src.is_dir():  # os.walk would walk it as an empty folder: the reward would run without the hidden files
+        raise AlightError(f"the hidden files folder {src} does not exist here ({os.uname().nodename})",
+                          "it must exist where the episode runs; `--executor ray` sends it to the nodes itself")
     for root, dirs, files in os.walk(src):
         rel = Path(root).relative_to(src)
         _real_dir(dest, rel)
@@ -156,19 +203,20 @@ def _real_dir(base: Path, rel: Path) -> None:
         path.mkdir(exist_ok=True)
 
 
+def _resolve_local(task: Task, source: str, ref: str) -> str:
+    """Short hashes and branch names resolved in the task's own (local) repository."""
+    proc = subprocess.run(["git", "-C", source, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AlightError(f"task {task.id} ({task.where}): commit {ref!r} not found in {source}")
+    return proc.stdout.strip()
+
+
 def _fetch_base(task: Task, dest: Path, timeout_s: float, depth: int | None) -> None:
     source = task.repo or ""
     ref = task.base_commit or "HEAD"
-    if task.repo_kind == "git-dir":
-        # Resolve short hashes and branch names here; fetching by an abbreviated hash is not possible.
-        proc = subprocess.run(
-            ["git", "-C", source, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise AlightError(f"task {task.id} ({task.where}): commit {ref!r} not found in {source}")
-        ref = proc.stdout.strip()
+    if task.repo_kind == "git-dir":  # fetching by an abbreviated hash is not possible
+        ref = _resolve_local(task, source, ref)
     try:
         proc = subprocess.run(
             ["git", "fetch", "-q", "--no-tags", *([f"--depth={depth}"] if depth else []), source, ref],
@@ -183,7 +231,9 @@ def _fetch_base(task: Task, dest: Path, timeout_s: float, depth: int | None) -> 
         )
         why = proc.stderr.strip()[-800:]
         raise AlightError(f"task {task.id} ({task.where}): cannot fetch {ref} from {source}: {why}", hint)
-    _git(task, dest, "checkout", "-q", "-B", "main", "FETCH_HEAD")
+    # The fetch brought the base commit's history alone; no reflog and no FETCH_HEAD (it names the source) stay.
+    _git(task, dest, "-c", "core.logAllRefUpdates=false", "checkout", "-q", "-B", "main", "FETCH_HEAD")
+    (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
 
 
 def _git_env() -> dict[str, str]:
