@@ -50,7 +50,12 @@ async def test_chat_json_rewrites_request_strips_answer_and_records_tokens(env):
     [call] = await env.calls(ep, 1)
     assert call.status == "ok" and call.http_status == 200 and not call.stream
     assert call.client_model == "gpt-4o" and call.model == POLICY
-    assert call.sampling == {"temperature": 0.5, "max_tokens": 64}
+    # every key the trainer models goes upstream explicitly (neutral where the client sent none), so a server's
+    # generation_config.json fills nothing in, and the record is the whole setting vLLM sampled under
+    neutral = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+               "repetition_penalty": 1.0}
+    assert {k: sent[k] for k in neutral} == neutral
+    assert call.sampling == {"temperature": 0.5, "max_tokens": 64, **neutral, "constraints": []}
     assert call.prompt_token_ids == tok.render_prompt(HELLO)
     assert call.completion_token_ids == tok.text_ids("Hi there!") + [tok.IM_END]
     assert call.completion_logprobs == [tok.logprob_of(t, i) for i, t in enumerate(call.completion_token_ids)]

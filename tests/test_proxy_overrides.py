@@ -36,6 +36,7 @@ async def test_chat_request_with_tools_gets_the_forced_tool_choice(env):
     assert env.fake.requests[-1]["tool_choice"] == "required"
     [call] = await env.calls(ep, 1)
     assert call.sampling["tool_choice"] == "required"
+    assert call.sampling["constraints"] == ["tool_choice"]  # alight's own override constrains too: never trained
     assert json.loads(call.client_request)["tool_choice"] == "auto"  # the client's own request is kept as sent
 
 

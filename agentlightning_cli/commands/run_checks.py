@@ -81,6 +81,16 @@ def check_numbers(opts: RunOptions) -> None:
                           "folder at the same path; or drop --upstream and alight starts vLLM")
 
 
+def check_training_settings(settings: Any, opts: RunOptions) -> None:
+    """Settings under which a run that trains (--rounds > 1) would train nothing, refused before anything starts."""
+    if opts.rounds > 1 and settings.proxy.sampling.tool_choice == "required":
+        raise AlightError(
+            f"proxy.sampling.tool_choice is `required` in a run that trains (--rounds {opts.rounds}): vLLM then "
+            "forces a tool call on every call that offers tools, its logprobs are not the policy's, and the trainer "
+            "leaves every such call out (constrained calls), so the rounds would train on nothing",
+            "remove proxy.sampling.tool_choice from alight.yaml (or set it to auto), or run one round (--rounds 1)")
+
+
 def load_task_subset(opts: RunOptions) -> list[Any]:
     from agentlightning_cli.tasks import load_tasks
 

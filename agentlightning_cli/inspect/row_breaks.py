@@ -1,10 +1,10 @@
 """An episode's training rows as the trainer builds them, with where and why each row's token prefix broke.
 
 Built by the trainer's own function (train/rows.build_rows) from the stored token ids: error calls, calls without
-ids or logprobs, greedy (temperature 0) or penalised calls and all but the last of a retried prompt train nothing;
-a call joins the row when its prompt continues the previous call's prompt + reply (strict) or its prompt (splice,
-when the round trained that way); one row trains under one sampling setting and within the row limit. Nothing is
-re-tokenised.
+ids or logprobs, greedy (temperature 0), penalised or constrained calls and all but the last of a retried prompt
+train nothing; a call joins the row when its prompt continues the previous call's prompt + reply (strict) or its
+prompt (splice, when the round trained that way); one row trains under one sampling setting and within the row
+limit. Nothing is re-tokenised.
 
 For each break it says where the ids diverge (which token; in the earlier history, in the previous reply, or the
 prompt stops short), the ids on both sides and the reply token's text when vLLM's answer was stored (tokens.py), and
@@ -22,7 +22,7 @@ from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_tur
 from agentlightning_cli.store import Call, Store
 from agentlightning_cli.train.rows import BREAK_REASONS, RowContext, build_rows, call_sampling, call_temperature, is_greedy
 from agentlightning_cli.train.rows import Row as TrainRow
-from agentlightning_cli.train.sampling import is_penalised
+from agentlightning_cli.train.sampling import call_constraints, is_penalised
 
 _CHUNK = 512
 
@@ -52,6 +52,10 @@ def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call]) -> str:
         return "sampled at temperature 0 (greedy): the argmax is not a sample of the policy, so it is never trained"
     if is_penalised(call_sampling(call)):
         return "sampled with a presence/frequency/repetition penalty: its logprobs are not the policy's, never trained"
+    constrained = call_constraints(call)
+    if constrained:
+        return (f"sampled under a constraint ({', '.join(constrained)}): vLLM masked or forced tokens before its"
+                " logprobs, so they are not the policy's; never trained")
     later = next((c for c in calls if c.seq > call.seq and c.id in kept_ids), None)
     return (f"retried prompt: call {later.seq} sent the same prompt ids again and trains instead"
             if later is not None else "retried prompt")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from agentlightning_cli.config import SamplingOverrides
+from agentlightning_cli.proxy.sampling_keys import constraints, explicit_neutral
 
 # vLLM-only fields (not in OpenAI's schema); prompt_token_ids, token_ids and prompt_logprobs stay only when asked.
 VLLM_TOP = ("prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics")
@@ -47,7 +48,8 @@ class ChatPlan:
 
 
 def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: int | None = None) -> ChatPlan:
-    """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, stream usage, and
+    """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, every sampling key the
+    trainer models at its neutral value when unsent (proxy/sampling_keys.py), stream usage, and
     the episode's seed in a seeded run (it replaces a client's own `seed`: a harness that sends a fixed one
     would otherwise make every attempt of a task sample alike)."""
     up = dict(body)
@@ -63,6 +65,8 @@ def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: 
         up["top_p"] = sampling.top_p
     if sampling.tool_choice is not None and body.get("tools"):
         up["tool_choice"] = sampling.tool_choice
+    if getattr(sampling, "token_ids", True):  # vLLM: never let a server's generation_config.json fill a key in
+        explicit_neutral(up)
     cap = sampling.max_tokens_cap
     if cap is not None:
         keys = [k for k in ("max_completion_tokens", "max_tokens") if up.get(k) is not None]
@@ -85,7 +89,8 @@ def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: 
         want_prompt_logprobs=want_prompt_logprobs,
         want_usage=bool(options.get("include_usage")),
         upstream=up,
-        sampling={k: up[k] for k in SAMPLING_KEYS if up.get(k) is not None},
+        # `constraints` always recorded ([] for none): a call without the key was recorded before alight looked.
+        sampling={**{k: up[k] for k in SAMPLING_KEYS if up.get(k) is not None}, "constraints": constraints(up)},
         top_drop=frozenset(top_drop),
         choice_drop=frozenset(VLLM_CHOICE) | (frozenset() if want_ids else {"token_ids"}),
     )

@@ -23,7 +23,10 @@ _STEP_FIELDS = {"loss": "loss", "reward": "reward_mean", "reward_std": "reward_s
 # Calls never trained by rule (their tokens stay as context when a later call continues them), and why.
 _LEFT_OUT = {"greedy_calls": "sampled at temperature 0, the argmax is not a sample of the policy",
              "penalised_calls": "sampled with a presence/frequency/repetition penalty, whose logprobs depend on each"
-                                " token's earlier count, which the trainer does not reproduce"}
+                                " token's earlier count, which the trainer does not reproduce",
+             "constrained_calls": "sampled under a constraint (tool_choice required or named, structured outputs,"
+                                  " logit bias, min_tokens, ...), which vLLM applies before its logprobs and the"
+                                  " trainer does not reproduce"}
 
 
 class NothingToTrain(AlightError):
@@ -245,6 +248,11 @@ def _no_rows_hint(dropped: Counter) -> str:
         return ("calls sampled with a presence, frequency or repetition penalty are never trained (vLLM's logprobs"
                 " then depend on each token's earlier count, which the trainer does not reproduce): send none, and"
                 " keep serve.generation_config at vllm if the model's generation_config.json sets one")
+    if dropped["constrained_calls"]:
+        return ("calls sampled under a constraint (a forced tool call: proxy.sampling.tool_choice required or the"
+                " harness's own tool_choice; response_format or structured outputs; logit_bias; min_tokens; allowed"
+                " or banned tokens) are never trained: vLLM's logprobs are then not the policy's; let the model"
+                " sample freely (`alight inspect` shows each call's recorded constraints)")
     return "calls must go through alight's proxy to a vLLM upstream that returns token ids"
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlightning_cli.train.sampling import effective_sampling, filters_of, is_penalised
+from agentlightning_cli.train.sampling import call_constraints, effective_sampling, filters_of, is_penalised
 
 BREAK_REASONS = ("template", "retokenised", "edited", "other")
 MERGE_RULES = ("strict", "splice")
@@ -117,7 +117,10 @@ def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any
     apply, and the trainer would divide logits by 0. Their tokens stay in the row as context when the next call
     continues them. Calls sampled with a presence, frequency or repetition penalty are not trained either
     (`penalised_calls`): vLLM's processed logprobs then depend on every earlier token's count, which the trainer
-    does not reproduce. `defaults`: the generation_config.json values vLLM used for unsent keys."""
+    does not reproduce. Nor calls sampled under a constraint (`constrained_calls`: tool_choice required or named,
+    structured outputs, logit bias, min_tokens, ...; sampling.call_constraints): vLLM masked or forced tokens
+    before the logprobs it reported, and the trainer would score them as free samples.
+    `defaults`: the generation_config.json values vLLM used for unsent keys."""
     kept: list[Any] = []
     for call in calls:
         if call.status != "ok":
@@ -142,6 +145,10 @@ def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any
     if penalised:
         dropped["penalised_calls"] += len(penalised)
         kept = [c for c in kept if not is_penalised(call_sampling(c, defaults))]
+    constrained = {id(c) for c in kept if call_constraints(c)}
+    if constrained:
+        dropped["constrained_calls"] += len(constrained)
+        kept = [c for c in kept if id(c) not in constrained]
     return kept
 
 

@@ -9,17 +9,19 @@ Processed logprobs (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, logits_
 penalties, temperature, min_p (masks tokens with prob < min_p x max prob), top_k (keeps logits >= the k-th
 largest, ties kept), top_p (sorted ascending, masks tokens whose cumulative prob <= 1 - top_p, never the most
 likely), then log_softmax over what is left. Penalties depend on the whole output history (and repetition on
-the prompt), so calls with them are not trained (rows.usable_calls counts them as `penalised_calls`).
+the prompt), so calls with them are not trained (rows.usable_calls counts them as `penalised_calls`); nor are
+calls vLLM sampled under a constraint (forced tool calls, structured outputs, logit bias, min_tokens, ...:
+proxy/sampling_keys.py), counted as `constrained_calls`.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-# vLLM's neutral value for every setting that changes the distribution tokens are sampled from.
-NEUTRAL: dict[str, float] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
-                             "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
+from agentlightning_cli.proxy.sampling_keys import NEUTRAL, constraints
+
 PENALTIES = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 # What vLLM takes from a generation_config.json (get_diff_sampling_param's available_params, less max tokens).
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k",
@@ -40,6 +42,23 @@ def effective_sampling(sent: dict[str, Any] | None, defaults: dict[str, Any] | N
 
 def is_penalised(settings: dict[str, float]) -> bool:
     return any(float(settings[k]) != NEUTRAL[k] for k in PENALTIES)
+
+
+def call_constraints(call: Any) -> list[str]:
+    """What constrained vLLM's sampling of a stored call ([] for nothing): recorded by the proxy with its sampling;
+    for a call recorded before it looked, read from the body it sent upstream (else the recorded tool_choice)."""
+    recorded = (call.sampling or {}).get("constraints")
+    if recorded is not None:
+        return list(recorded)
+    body = getattr(call, "upstream_request", None)
+    if body:
+        try:
+            sent = json.loads(body)
+        except ValueError:
+            sent = None
+        if isinstance(sent, dict):
+            return constraints(sent)
+    return constraints(call.sampling or {})
 
 
 def filters_of(settings: dict[str, float]) -> tuple[float, int, float]:
@@ -74,21 +93,25 @@ def processed_logps(logits: Any, labels: Any, temperature: float, top_p: float =
     flat = logits.reshape(-1, vocab)
     label = labels.reshape(-1, 1)
     with torch.no_grad():
-        drop = torch.zeros_like(flat, dtype=torch.bool)
+        # vLLM's own steps, op for op (builtin.MinPLogitsProcessor.apply, topk_topp_sampler.apply_top_k_top_p_pytorch
+        # / apply_top_k_only): with top-p, ONE ascending sort of the min-p-masked logits, then top-k and top-p in
+        # that order. Sorting the same tensor puts tied logits in the same order, so a tie that straddles the top-p
+        # boundary keeps the same copy vLLM kept (sorting after the top-k mask, as this did before, can keep another).
+        kept = flat
         if min_p > 0:
-            probs = flat.softmax(-1)
-            drop |= probs < probs.amax(-1, keepdim=True) * min_p
-        kept = flat.masked_fill(drop, float("-inf"))
-        if 0 < top_k < vocab:
-            kth = kept.topk(top_k, dim=-1).values[:, -1:]
-            drop |= kept < kth
-            kept = kept.masked_fill(drop, float("-inf"))
+            probs = kept.softmax(-1)
+            kept = kept.masked_fill(probs < probs.amax(-1, keepdim=True) * min_p, float("-inf"))
         if top_p < 1.0:
             ascending, order = kept.sort(dim=-1, descending=False)
-            cumulative = ascending.softmax(-1).cumsum(-1)
-            below = cumulative <= 1 - top_p
-            below[:, -1] = False  # at least one token
-            drop |= torch.zeros_like(below).scatter_(-1, order, below)
+            if 0 < top_k < vocab:
+                ascending = ascending.masked_fill(ascending < ascending[:, vocab - top_k:vocab - top_k + 1],
+                                                  float("-inf"))
+            below = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+            below[:, -1] = False  # at least one
+            kept = kept.scatter(-1, order, ascending.masked_fill(below, float("-inf")))
+        elif 0 < top_k < vocab:
+            kept = kept.masked_fill(kept < kept.topk(top_k, dim=-1).values[:, -1:], float("-inf"))
+        drop = torch.isinf(kept) & ~torch.isinf(flat)
         drop.scatter_(-1, label, False)
     logp = flat.masked_fill(drop, float("-inf")).log_softmax(-1)
     out = logp.gather(-1, label).reshape(labels.shape)
