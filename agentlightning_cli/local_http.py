@@ -14,7 +14,14 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def is_loopback(url: str) -> bool:
-    host = urllib.parse.urlsplit(url).hostname or ""
+    return is_loopback_host(urllib.parse.urlsplit(url).hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (an address or name to listen on or to reach) is this machine's loopback only. Every other
+    host, the wildcards 0.0.0.0 / :: and names that are not `localhost` included, counts as reachable from
+    elsewhere: what listens there needs a secret (see proxy/access.py, serve/vllm.py)."""
+    host = host.strip("[]")
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:

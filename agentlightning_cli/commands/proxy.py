@@ -27,7 +27,12 @@ alight proxy: recording {base} -> {upstream}
         ANTHROPIC_BASE_URL={base}/e/demo-1 ANTHROPIC_API_KEY=any-secret
   upstream serves: {served}
   upstream model: {model}
-Ctrl-C stops."""
+{token}Ctrl-C stops."""
+TOKEN_LINES = """\
+  beyond loopback: only clients holding this run token may start episodes; an episode's API key is the
+  token or <token>.<a suffix of your own>, e.g. OPENAI_API_KEY={token}.demo-1
+  run token: {token}
+"""
 
 
 async def serve(settings: Settings, upstream: str | list[str], served: str, store_dir: Path,
@@ -38,12 +43,13 @@ async def serve(settings: Settings, upstream: str | list[str], served: str, stor
     store = Store.open(store_dir)
 
     def text(proxy: Proxy) -> str:
+        token = TOKEN_LINES.format(token=proxy.run_token) if proxy.run_token else ""
         return BANNER.format(base=proxy.base_url, upstream=proxy.upstream_url, db=store_dir / "alight.db",
-                             served=served, model=model or "whatever each client asks for")
+                             served=served, model=model or "whatever each client asks for", token=token)
 
     try:
         await lifecycle.serve_proxy(store, upstream, settings.proxy, name="alight proxy", banner=text,
-                                    policy=model, ad_hoc=True)
+                                    policy=model, ad_hoc=True, upstream_api_key=settings.serve.api_key)
     finally:
         store.close()
 
@@ -54,10 +60,15 @@ def run(settings: Settings, upstream: str | list[str], store_dir: Path, model: s
     upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
     for url in upstreams:
         check_url(url)
+    from agentlightning_cli.serve.remote_policy import unkeyed_servers
+
+    unkeyed = unkeyed_servers(upstreams, settings.serve.api_key, trains=False)
+    if unkeyed:
+        print(f"alight proxy: warning: {unkeyed}", file=sys.stderr, flush=True)
     described = []
     for url in upstreams:
         try:
-            described.append(probe_upstream(url).describe())
+            described.append(probe_upstream(url, api_key=settings.serve.api_key).describe())
         except AlightError as exc:
             print(f"alight proxy: warning: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
                   file=sys.stderr, flush=True)

@@ -37,10 +37,11 @@ async def run_proxy(settings: Settings, policy: PolicyServer, store: Store, run:
 
     def text(proxy: Proxy) -> str:
         return banner.render(proxy.base_url, ", ".join(policy.base_urls), str(policy.model), str(run_dir.resolve()), run.name,
-                             policy.policy)
+                             policy.policy, run_token=proxy.run_token)
 
     await lifecycle.serve_proxy(store, policy.base_urls, settings.proxy, name="alight serve", banner=text, stop=stop,
-                                on_ready=on_ready, policy=policy.policy, ad_hoc=True, ad_hoc_scope=(run.id, round_id))
+                                on_ready=on_ready, policy=policy.policy, ad_hoc=True, ad_hoc_scope=(run.id, round_id),
+                                upstream=policy)
 
 
 def serve(settings: Settings, model: Path | None = None, port: int | None = None, run_name: str | None = None) -> None:

@@ -51,12 +51,14 @@ def check_url(url: str) -> None:
                           "e.g. --upstream http://127.0.0.1:8000")
 
 
-def probe_upstream(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> UpstreamInfo:
-    """`GET {root}/v1/models`; AlightError (message + hint) when the server cannot be used."""
+def probe_upstream(url: str, timeout_s: float = PROBE_TIMEOUT_S, api_key: str | None = None) -> UpstreamInfo:
+    """`GET {root}/v1/models` (with `api_key`, vLLM's --api-key, when given); AlightError (message + hint) when the
+    server cannot be used."""
     check_url(url)
     root = server_root(url)
     models_url = f"{root}/v1/models"
-    request = urllib.request.Request(models_url, headers={"Accept": "application/json"})
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(models_url, headers={"Accept": "application/json", **auth})
     try:
         with local_http.urlopen(request, timeout=timeout_s) as resp:
             raw = resp.read()
@@ -64,7 +66,9 @@ def probe_upstream(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> UpstreamInfo
         detail = upstream_error_message(exc.read())
         if exc.code in (401, 403):
             raise AlightError(f"the upstream {root} wants an API key (GET /v1/models answered {exc.code}: {detail})",
-                              "the proxy sends no key upstream; serve the model without one (vLLM: no --api-key)"
+                              "set serve.api_key (ALIGHT_SERVE__API_KEY) to the key the server was started with "
+                              "(vLLM: --api-key or VLLM_API_KEY); alight sends it on every call" if not api_key else
+                              "serve.api_key (ALIGHT_SERVE__API_KEY) is not the key the server was started with"
                               ) from exc
         raise AlightError(f"the upstream {root} is not an OpenAI-compatible server: GET /v1/models answered "
                           f"HTTP {exc.code}" + (f" ({detail})" if detail else ""), _HINT) from exc

@@ -8,9 +8,6 @@ pair research/proxy-engines.md recommended (bench/proxy.py, `floor` and `floor-a
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
-import hmac
 import logging
 import os
 import re
@@ -20,6 +17,8 @@ import time
 from typing import Any, Callable
 
 from agentlightning_cli.config import ProxySettings
+from agentlightning_cli.local_http import is_loopback_host
+from agentlightning_cli.proxy.access import EpisodeKeys, new_run_token
 from agentlightning_cli.proxy.control import Budgets, Gate, ModelPolicy
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.exchange import Collaborators, Exchange, unavailable
@@ -36,13 +35,6 @@ from agentlightning_cli.store import Store
 log = logging.getLogger("alight.proxy")
 EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
 PREFLIGHT = ("/", "/api/hello")
-
-
-@functools.lru_cache(maxsize=1024)
-def _digest(key: str) -> bytes:
-    # Cached: every request presents its episode's key again, and hashing it each time costs more than
-    # the lookup (the registry holds these digests anyway).
-    return hashlib.sha256(key.encode()).digest()
 
 
 def _presented_key(headers: Any) -> str | None:
@@ -69,10 +61,14 @@ def episode_base_url(proxy_url: str, episode_id: str, protocol: str = "openai-ch
 class Proxy:
     def __init__(self, store: Store, upstream_url: str | list[str], settings: ProxySettings, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256,
-                 ad_hoc_scope: tuple[str | None, str | None] = (None, None)):
+                 ad_hoc_scope: tuple[str | None, str | None] = (None, None), upstream_api_key: str | None = None,
+                 retry_after_s: float = 30.0, replica_exited: Callable[[str], int | None] | None = None):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
         self.ad_hoc_scope = ad_hoc_scope
+        self.upstream_api_key = upstream_api_key
+        """Sent as `Authorization: Bearer` on every upstream request (vLLM's --api-key beyond loopback)."""
+        self.retry_after_s, self.replica_exited = retry_after_s, replica_exited
         # The server root: `--upstream http://host:8000/v1` (the base URL OpenAI clients print) works too.
         # Several servers: each episode stays on one (proxy/routing.py).
         urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
@@ -90,12 +86,16 @@ class Proxy:
         self._unix_dir = ""
         self._inbox: ListenerInbox | None = None
         self._connections = connections
-        self._keys: dict[str, bytes] = {}
-        self._create_lock = asyncio.Lock()
+        self.keys = EpisodeKeys(store, self._create_ad_hoc if ad_hoc else None, settings.run_token)
         self._tasks: set[asyncio.Task] = set()
         self._server: HTTPServer | None = None
         self.session: UpstreamRouter | None = None  # made in start(), on the loop
         self._parts: Collaborators | None = None
+
+    @property
+    def run_token(self) -> str | None:
+        """What a client must present to create an episode (proxy/access.py); None: any key does (loopback)."""
+        return self.keys.run_token
 
     @property
     def policy(self) -> str | None:
@@ -113,9 +113,13 @@ class Proxy:
     async def start(self, host: str | None = None, port: int | None = None) -> "Proxy":
         host = host or self.settings.host
         port = self.settings.port if port is None else port
+        if self.ad_hoc and self.keys.run_token is None and not is_loopback_host(host):
+            self.keys.run_token = new_run_token()  # beyond loopback, new episodes need it (proxy/access.py)
         # No Accept-Encoding, no cookies, no redirects: vLLM does not compress, and what one episode's
         # answer sets must never ride along on another's request.
-        self.session = UpstreamRouter(self.upstream_urls, limit=self._connections, connect_timeout=30)
+        self.session = UpstreamRouter(self.upstream_urls, limit=self._connections, connect_timeout=30,
+                                      retry_after_s=self.retry_after_s, api_key=self.upstream_api_key,
+                                      exited=self.replica_exited)
         self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
         server = HTTPServer(self._handle, self.settings.max_body_bytes)
@@ -159,8 +163,16 @@ class Proxy:
     def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None:
         """`seed` (a seeded run): every chat call of the episode goes upstream with a vLLM seed derived from
         (seed, episode id, call index), see control.episode_seed. None: requests keep their own sampling."""
-        self._keys[episode_id] = _digest(key)
+        self.keys.register(episode_id, key)
         self.model_policy.seeds.register(episode_id, seed)
+
+    def end_episode(self, episode_id: str) -> None:
+        """The episode ended (finished, timed out, cancelled, abandoned): its key stops working at once (a later
+        call is answered 403 and recorded nowhere) and routing forgets it (its recorded calls stay counted)."""
+        self.keys.end(episode_id)
+        self.model_policy.seeds.register(episode_id, None)
+        if self.session is not None:
+            self.session.forget(episode_id)
 
     def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str:
         return episode_base_url(self.base_url, episode_id, protocol)
@@ -203,12 +215,9 @@ class Proxy:
         protocol = protocol_of(rest, request.headers)
         if not self.recorder.healthy:
             return unavailable(protocol, self.recorder.failure)
-        verdict = await self._authenticate(episode_id, _presented_key(request.headers))
-        if verdict == "unknown":
-            return _json(404, error_bytes(protocol, 404, f"alight: unknown episode {episode_id!r}", "not_found_error"))
-        if verdict == "denied":
-            msg = "alight: missing or wrong API key for this episode (send it as Authorization: Bearer or x-api-key)"
-            return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
+        verdict = await self.keys.check(episode_id, _presented_key(request.headers))
+        if verdict != "ok":
+            return self._refused(verdict, episode_id, protocol)
         if method == "GET" and rest in ("/v1/models", "/models"):
             return _json(200, dumps(models_body(self.model_policy.advertised(), protocol)))
         if method == "GET" and rest == CALLS_PATH:
@@ -243,30 +252,22 @@ class Proxy:
         msg = f"alight: no route for {request.method} {request.path}; episode URLs look like /e/<episode_id>/v1"
         return _json(404, error_bytes(protocol, 404, msg, "not_found_error"))
 
-    async def _authenticate(self, episode_id: str, key: str | None) -> str:
-        """'ok', 'denied' (wrong or no key; nothing is written) or 'unknown' (no such episode)."""
-        digest = self._keys.get(episode_id)
-        if digest is None:
-            if self.ad_hoc:
-                async with self._create_lock:  # concurrent first requests must not race the creation
-                    return await self._look_up(episode_id, key, create=True)
-            return await self._look_up(episode_id, key, create=False)
-        return "ok" if key and hmac.compare_digest(_digest(key), digest) else "denied"
+    def _create_ad_hoc(self, episode_id: str, key: str) -> Any:
+        """The episode row, written by the recorder's writer (the store's one writer in this process)."""
+        return self.recorder.call(
+            lambda: self.store.create_episode(*self.ad_hoc_scope, None, 0, None, key, episode_id=episode_id))
 
-    async def _look_up(self, episode_id: str, key: str | None, create: bool) -> str:
-        """Registry miss: ask the store (episodes another process created), else create one in ad-hoc mode."""
-        if episode_id in self._keys:
-            return await self._authenticate(episode_id, key)
-        if key and await asyncio.to_thread(self.store.check_episode_key, episode_id, key):
-            self._keys[episode_id] = _digest(key)
-            return "ok"
-        if await asyncio.to_thread(self.store.get_episode, episode_id) is not None:
-            return "denied"
-        if not create:
-            return "unknown"
-        if not key:
-            return "denied"
-        await asyncio.wrap_future(self.recorder.call(
-            lambda: self.store.create_episode(*self.ad_hoc_scope, None, 0, None, key, episode_id=episode_id)))
-        self._keys[episode_id] = _digest(key)
-        return "ok"
+    def _refused(self, verdict: str, episode_id: str, protocol: str) -> Response:
+        """The answer to a request proxy/access.py refused; nothing of it is recorded."""
+        if verdict == "unknown":
+            return _json(404, error_bytes(protocol, 404, f"alight: unknown episode {episode_id!r}", "not_found_error"))
+        if verdict == "ended":
+            msg = (f"alight: episode {episode_id!r} has ended; its key no longer works and nothing more is recorded "
+                   "for it (a process left behind by its harness, or a client reusing the key)")
+            return _json(403, error_bytes(protocol, 403, msg, "permission_error"))
+        if verdict == "no_token":
+            msg = ("alight: this proxy listens beyond loopback, so a new episode needs the run token its banner "
+                   "printed: send it as the API key, alone or as <run token>.<your own suffix>")
+            return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
+        msg = "alight: missing or wrong API key for this episode (send it as Authorization: Bearer or x-api-key)"
+        return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))

@@ -30,7 +30,7 @@ UPSTREAM_DOWN = (OSError, asyncio.TimeoutError)
 
 
 class UpstreamPool:
-    def __init__(self, base_url: str, limit: int = 256, connect_timeout: float = 30.0):
+    def __init__(self, base_url: str, limit: int = 256, connect_timeout: float = 30.0, api_key: str | None = None):
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -40,6 +40,8 @@ class UpstreamPool:
         self.prefix = parts.path.rstrip("/").encode()
         host_header = parts.netloc.rsplit("@", 1)[-1]
         self._host_line = b"Host: %s\r\n" % host_header.encode("idna" if not host_header.isascii() else "ascii")
+        if api_key:  # vLLM's --api-key (a server beyond loopback): on every request, never the client's own key
+            self._host_line += b"Authorization: Bearer %s\r\n" % api_key.encode("ascii")
         self.connect_timeout = connect_timeout
         self._idle: list[_UpstreamConnection] = []
         self._busy: set[_UpstreamConnection] = set()

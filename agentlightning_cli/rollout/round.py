@@ -58,6 +58,7 @@ def mark_interrupted(ctx: RoundContext) -> list[str]:
     left = [e.id for e in ctx.store.list_episodes(run_id=ctx.run_id, round_id=ctx.round_id)
             if e.status not in FINAL and e.status not in (ABANDONED, INTERRUPTED)]
     for episode_id in left:
+        ctx.proxy.end_episode(episode_id)  # nothing left of it may still call
         ctx.store.update_episode(episode_id, status=INTERRUPTED, ended_at=time.time(),
                                  error="the run was stopped while this episode was running; a rerun redoes it")
     stale.remove_leftovers(ctx.run_dir, left)

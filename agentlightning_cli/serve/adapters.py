@@ -9,12 +9,13 @@ and `load_inplace` re-reads the adapter from disk on every step (and kills the s
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from agentlightning_cli import local_http
 from agentlightning_cli.errors import AlightError
-from agentlightning_cli.serve.vllm import post_json
+from agentlightning_cli.serve.vllm import auth_headers, post_json
 
 # All linear projections of Llama/Qwen-style blocks; names missing from a model are skipped.
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -103,27 +104,31 @@ def make_adapter(base_model: Path, out: Path, rank: int, alpha: int | None = Non
 class AdapterClient:
     """Load and unload LoRA adapters on a running vLLM (started with runtime LoRA updating enabled)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 120.0):
+    def __init__(self, base_url: str, timeout_s: float = 120.0, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.api_key = api_key
+        """vLLM's API key: a server beyond loopback refuses adapter calls without it (serve/vllm.py)."""
 
     def load(self, name: str, path: Path) -> None:
         # A plain load, never load_inplace (see the module docstring); vLLM answers 400 if the name exists.
         body = {"lora_name": name, "lora_path": str(Path(path).resolve())}
         try:
-            post_json(f"{self.base_url}/v1/load_lora_adapter", body, self.timeout_s)
+            post_json(f"{self.base_url}/v1/load_lora_adapter", body, self.timeout_s, api_key=self.api_key)
         except AlightError as exc:
             raise AlightError(f"loading adapter {name} from {path} failed: {exc.message}",
                               "each round needs a new adapter name and directory; the rank must be <= serve.max_lora_rank") from exc
 
     def unload(self, name: str) -> None:
         try:
-            post_json(f"{self.base_url}/v1/unload_lora_adapter", {"lora_name": name}, self.timeout_s)
+            post_json(f"{self.base_url}/v1/unload_lora_adapter", {"lora_name": name}, self.timeout_s,
+                      api_key=self.api_key)
         except AlightError as exc:
             raise AlightError(f"unloading adapter {name} failed: {exc.message}") from exc
 
     def loaded(self) -> list[str]:
         """Names of the adapters vLLM serves now (models whose parent is the base model)."""
-        with local_http.urlopen(f"{self.base_url}/v1/models", timeout=self.timeout_s) as resp:
+        request = urllib.request.Request(f"{self.base_url}/v1/models", headers=auth_headers(self.api_key))
+        with local_http.urlopen(request, timeout=self.timeout_s) as resp:
             data = json.load(resp)
         return [m["id"] for m in data.get("data", []) if m.get("parent")]

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from agentlightning_cli.config import Settings
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.local_http import is_loopback_host
 from agentlightning_cli.serve.adapters import (AdapterClient, adapter_rank, make_adapter, policy_name, rank_limit_for,
                                                training_rank)
-from agentlightning_cli.serve.vllm import VLLMServer, post_json, sleep_mode
+from agentlightning_cli.serve.vllm import VLLMServer, beyond_loopback, post_json, sleep_mode
 
 
 BUILT_IN = ("tiny", "smollm2")
@@ -88,10 +89,11 @@ class PolicyServer:
         self.run_dir = Path(run_dir)
         self.model = resolve_model(settings, model)
         replicas = max(1, settings.serve.replicas)
+        self.api_key = vllm_api_key(settings)
         logs = self.run_dir / "logs"
         # serve.replicas: one vLLM server each (its own port, log and GPUs); the proxy keeps an episode on one.
         self.servers = [VLLMServer(self.model, settings.serve, logs / ("vllm.log" if i == 0 else f"vllm-{i}.log"),
-                                   port=port if i == 0 else None) for i in range(replicas)]
+                                   port=port if i == 0 else None, api_key=self.api_key) for i in range(replicas)]
         self.vllm = self.servers[0]
         self.policy: str | None = None
         self.template_choice = None  # serve/template_choice.TemplateChoice once started
@@ -104,6 +106,13 @@ class PolicyServer:
     def base_urls(self) -> list[str]:
         """Every replica's URL (serve.replicas), the proxy's upstreams."""
         return [server.base_url for server in self.servers]
+
+    def exit_code(self, url: str) -> int | None:
+        """The exit code of the replica serving `url`, None while it runs (the proxy keeps an exited one out)."""
+        for server in self.servers:
+            if server.base_url == url and server.process is not None:
+                return server.process.poll()
+        return None
 
     def live(self) -> list[VLLMServer]:
         """The replicas whose process is still running."""
@@ -202,14 +211,14 @@ class PolicyServer:
             raise AlightError("no vLLM replica is running to load the adapter on",
                               f"see {self.run_dir / 'logs'} (vllm*.log); rerun the same command to resume")
         for server in live:
-            AdapterClient(server.base_url).load(name, path)
+            AdapterClient(server.base_url, api_key=self.api_key).load(name, path)
         self.policy = name
         return name
 
     def unload(self, name: str) -> None:
         """Unload everywhere (the proxy has drained the requests that used it)."""
         for server in (self.live() if len(self.servers) > 1 else self.servers):
-            AdapterClient(server.base_url).unload(name)
+            AdapterClient(server.base_url, api_key=self.api_key).unload(name)
 
     @property
     def sleeps(self) -> bool:
@@ -222,14 +231,16 @@ class PolicyServer:
         crashes vLLM). Call only once nothing is in flight (the proxy drained). Returns the seconds it took."""
         started = time.monotonic()
         for server in self.live() or self.servers:
-            post_json(f"{server.base_url}/sleep?level={level}", {}, timeout_s=self.settings.serve.startup_timeout_s)
+            post_json(f"{server.base_url}/sleep?level={level}", {}, timeout_s=self.settings.serve.startup_timeout_s,
+                      api_key=self.api_key)
         return time.monotonic() - started
 
     def wake_up(self) -> float:
         """Back from sleep, before the next adapter is loaded and requests resume. Returns the seconds it took."""
         started = time.monotonic()
         for server in self.live() or self.servers:
-            post_json(f"{server.base_url}/wake_up", {}, timeout_s=self.settings.serve.startup_timeout_s)
+            post_json(f"{server.base_url}/wake_up", {}, timeout_s=self.settings.serve.startup_timeout_s,
+                      api_key=self.api_key)
         return time.monotonic() - started
 
     def stop(self) -> None:
@@ -248,3 +259,16 @@ def replica_devices(devices: list[str], replicas: int) -> list[list[str] | None]
                           "give serve.devices a multiple of serve.replicas x serve.tensor_parallel_size GPUs")
     size = len(devices) // replicas
     return [devices[i * size:(i + 1) * size] for i in range(replicas)]
+
+
+def vllm_api_key(settings: Settings) -> str | None:
+    """The API key the vLLM servers alight starts get: serve.api_key (or VLLM_API_KEY) when set; else a fresh random
+    one whenever vLLM or the proxy listens beyond loopback, so nobody who reaches vLLM can load or unload the policy
+    adapters mid-round (a proxy reachable from elsewhere says that the network is shared); else none."""
+    import os
+    import secrets
+
+    given = settings.serve.api_key or os.environ.get("VLLM_API_KEY") or None
+    if given or (is_loopback_host(settings.proxy.host) and not beyond_loopback(settings.serve)):
+        return given
+    return "vk-" + secrets.token_urlsafe(24)

@@ -14,7 +14,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentlightning_cli.errors import AlightError
+from agentlightning_cli.local_http import is_loopback
 from agentlightning_cli.serve.adapters import AdapterClient
+
+UNKEYED = ("{urls}: reached over the network with no API key: anyone who reaches {them} can load or unload adapters, "
+           "and replace policy-rN in the middle of a round")
+KEY_FIX = ("start vLLM with --api-key KEY (or VLLM_API_KEY=KEY in its environment) and give alight the same key: "
+           "ALIGHT_SERVE__API_KEY=KEY (serve.api_key)")
+
+
+def unkeyed_servers(urls: list[str], api_key: str | None, trains: bool) -> str | None:
+    """Servers alight did not start, beyond loopback, without an API key: AlightError for a run that trains (it
+    loads its adapters there), else the warning to print; None when they are on loopback or keyed."""
+    remote = [u for u in urls if not is_loopback(u)]
+    if api_key or not remote:
+        return None
+    what = UNKEYED.format(urls=", ".join(remote), them="them" if len(remote) > 1 else "it")
+    if trains:
+        raise AlightError(what, KEY_FIX)
+    return f"{what}; {KEY_FIX}"
 
 
 class RemotePolicy:
@@ -23,8 +41,11 @@ class RemotePolicy:
     starts_servers = False
     """Nothing to watch or stop: the servers are the user's (alight run's vLLM watch is for its own)."""
 
-    def __init__(self, run_dir: Path, base_urls: list[str], served_model: str, model: Path):
+    def __init__(self, run_dir: Path, base_urls: list[str], served_model: str, model: Path,
+                 api_key: str | None = None):
         self.run_dir = Path(run_dir)
+        self.api_key = api_key
+        """The servers' API key (serve.api_key): sent with every adapter call, and by the proxy on every request."""
         self.base_urls = list(base_urls)
         self.policy: str | None = served_model
         """Round 0 samples the servers' own model (no adapter); later rounds their adapters."""
@@ -37,7 +58,7 @@ class RemotePolicy:
     def load_as(self, name: str, path: Path) -> str:
         for url in self.base_urls:
             try:
-                AdapterClient(url).load(name, path)
+                AdapterClient(url, api_key=self.api_key).load(name, path)
             except AlightError as exc:
                 raise AlightError(f"{url}: {exc.message}",
                                   "the servers need --enable-lora, a --max-lora-rank of at least train.lora_rank, "
@@ -51,7 +72,7 @@ class RemotePolicy:
         if name not in self._loaded:
             return  # the servers' own model (round 0's policy) is theirs, never unloaded
         for url in self.base_urls:
-            AdapterClient(url).unload(name)
+            AdapterClient(url, api_key=self.api_key).unload(name)
         self._loaded.discard(name)
 
     @property

