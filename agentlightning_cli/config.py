@@ -73,6 +73,10 @@ class ServeSettings(Section):
     a generation_config.json. vLLM's --generation-config; recorded with the run's settings."""
     extra_args: list[str] = Field(default_factory=list)
     """Passed to vLLM's server unchanged, after alight's own flags."""
+    api_key: str | None = Field(default=None, exclude=True)
+    """vLLM's API key (its --api-key). A vLLM alight starts gets a fresh random one whenever it or the proxy listens
+    beyond loopback (anyone reaching it could otherwise load or unload `policy-rN`); set it to choose the key, and
+    for `--upstream` servers started with `--api-key` (or VLLM_API_KEY). Never written to a run's settings."""
     startup_timeout_s: float = 300.0
     adapter: Path | None = None
     """A trained LoRA adapter directory served as policy-r0 instead of the zero one (`--adapter DIR`)."""
@@ -108,6 +112,10 @@ class ProxySettings(Section):
     host: str = "127.0.0.1"
     port: int = 0
     """0 picks a free port."""
+    run_token: str | None = Field(default=None, exclude=True)
+    """`alight serve` / `alight proxy` beyond loopback: the token a client must present (as its API key, or as
+    `<token>.<suffix>`) to create an episode; unset, a random one is made and printed at start (proxy/access.py).
+    Never written to a run's settings."""
     max_body_bytes: int = 64 * 1024 * 1024
     model_aliases: dict[str, str] = Field(default_factory=dict)
     """Client model name -> upstream name. `*` matches any name; the policy adapter is the default target."""
@@ -215,6 +223,9 @@ class RaySettings(Section):
     node_dir: Path | None = None
     """Where a node keeps the folders of the episodes it runs (workspaces, harness folders, logs, the git source
     cache), under <node_dir>/<run id>/. Empty: alight-nodes/ in the system's temporary folder."""
+    queue_timeout_s: float = Field(default=600.0, gt=0)
+    """Read on the head: how long an episode may wait for a node to start it while the cluster has a free episode
+    slot (time behind busy slots does not count); past it the episode ends `interrupted` (no node can schedule it)."""
 
 
 class Settings(Section):

@@ -87,18 +87,39 @@ def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None,
           file=sys.stderr, flush=True)
     with interrupt_on_term(), PolicyServer(settings, run_dir, model, trains=trains) as policy:
         log.info("vLLM ready at %s serving %s as %s", ", ".join(policy.base_urls), policy.model, policy.policy)
+        _check_replica_logprobs(policy, trains)
         yield policy
         log.info("stopping vLLM")
+
+
+def _check_replica_logprobs(policy: "PolicyServer", trains: bool) -> None:
+    """Every replica reports processed logprobs (alight starts them so; serve.extra_args could say otherwise):
+    the same probe as for servers alight did not start (commands/run_upstream.check_logprobs)."""
+    from agentlightning_cli.commands.run_upstream import check_logprobs
+
+    warning = check_logprobs([(url, policy.policy) for url in policy.base_urls], trains,
+                             getattr(policy, "api_key", None),
+                             fix="take --logprobs-mode (and --generation-config) out of serve.extra_args: alight "
+                                 "starts vLLM with --logprobs-mode processed_logprobs")
+    if warning:
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
 @asynccontextmanager
 async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_settings: ProxySettings, *, policy: str | None = "policy-r0",
                         ad_hoc: bool = False, ad_hoc_scope: tuple[str | None, str | None] | None = None,
-                        on_budget_exceeded: Callable[[str, str], None] | None = None) -> AsyncIterator["Proxy"]:
-    """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit."""
+                        on_budget_exceeded: Callable[[str, str], None] | None = None,
+                        upstream: "PolicyServer | Any | None" = None,
+                        upstream_api_key: str | None = None) -> AsyncIterator["Proxy"]:
+    """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit. `upstream`: the
+    policy server behind it, when there is one: its API key (else `upstream_api_key`, serve.api_key for servers
+    alight did not start) goes on every upstream request, and a replica of it whose process exited stays out of
+    the proxy's routing (proxy/routing.py)."""
     from agentlightning_cli.proxy.server import Proxy
 
-    kwargs: dict[str, Any] = {"policy": policy, "ad_hoc": ad_hoc}
+    kwargs: dict[str, Any] = {"policy": policy, "ad_hoc": ad_hoc,
+                              "upstream_api_key": getattr(upstream, "api_key", None) or upstream_api_key,
+                              "replica_exited": getattr(upstream, "exit_code", None)}
     if ad_hoc_scope is not None:
         kwargs["ad_hoc_scope"] = ad_hoc_scope
     proxy = Proxy(store, upstream_url, proxy_settings, **kwargs)

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from agentlightning_cli.commands import lifecycle
 from agentlightning_cli.commands.context import size_for_harness, tools_warning
-from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, container_images, load_task_subset,
-                                                   recipe_and_install, swebench_environment_warning)
+from agentlightning_cli.commands.run_checks import (RunOptions, check_numbers, check_training_settings,
+                                                   container_images, load_task_subset, recipe_and_install,
+                                                   swebench_environment_warning)
 from agentlightning_cli.commands.sandbox_guard import refuse_exposures
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import stale
@@ -54,6 +55,7 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
 
 def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
+    check_training_settings(settings, opts)
     tasks = load_task_subset(opts)
     recipe, installed = recipe_and_install(settings, opts.harness)
     from agentlightning_cli.sandbox.choice import resolve
@@ -105,8 +107,16 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     probe = None
     if opts.upstream is not None:
         from agentlightning_cli.commands.run_upstream import probe_upstreams
+        from agentlightning_cli.serve.remote_policy import unkeyed_servers
 
-        probe = probe_upstreams(opts.upstream)
+        unkeyed = unkeyed_servers(opts.upstream, settings.serve.api_key, trains=opts.rounds > 1)
+        if unkeyed:
+            print(f"alight run: warning: {unkeyed}", file=sys.stderr, flush=True)
+
+        probe = probe_upstreams(opts.upstream, trains=opts.rounds > 1,
+                                api_key=getattr(settings.serve, "api_key", None))
+        if probe.warning:
+            print(f"alight run: WARNING: {probe.warning}", file=sys.stderr, flush=True)
         settings.proxy.sampling.token_ids = probe.token_ids
         if probe.max_model_len:  # the servers' context: the longest row a round trains on
             settings.serve.max_model_len = probe.max_model_len
@@ -128,6 +138,8 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
             store.close()
     if environment_warning:
         summary.notes.append(environment_warning)
+    if probe is not None and probe.warning:
+        summary.notes.append(probe.warning)
     if grading_offline(settings, tasks):
         summary.notes.append("SWE-bench grading ran without the network (container.grading_network: false), unlike "
                              "the official containers: an eval script that reinstalls its project can fail there")
@@ -180,7 +192,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
     if opts.executor == "ray":  # joined before vLLM starts: a cluster without episode slots is said at once
         from agentlightning_cli.rollout.ray_executor import RayExecutor
 
-        executor = RayExecutor(opts.ray_address, opts.concurrency)
+        executor = RayExecutor(opts.ray_address, opts.concurrency, settings.ray.queue_timeout_s)
         executor.connect()
         run_context = functools.partial(run_context, executor=executor)
     status = "failed"
@@ -190,7 +202,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
             if opts.rounds > 1:  # each round's adapter loaded on the given servers (serve/remote_policy.py)
                 from agentlightning_cli.serve.remote_policy import RemotePolicy
 
-                remote = RemotePolicy(run_dir, opts.upstream, probe.model, model)
+                remote = RemotePolicy(run_dir, opts.upstream, probe.model, model, api_key=settings.serve.api_key)
             summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, remote,
                                              probe.model, probe, model))
         else:
@@ -249,7 +261,8 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
     caught = lifecycle.stop_on_signals(stop)
     stopper = EpisodeStopper()  # the proxy stops an episode over budget; the episodes' runners listen
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
-                                       on_budget_exceeded=stopper) as proxy:
+                                       on_budget_exceeded=stopper, upstream=policy,
+                                       upstream_api_key=settings.serve.api_key) as proxy:
         shared = run_context(proxy=proxy, stopper=stopper)
         if shared.executor is not None:
             shared.executor.set_proxy(proxy.base_url)
@@ -285,7 +298,7 @@ def servers_note(report: list[dict]) -> str:
     """The calls each upstream server took, and the ones taken out of service (why)."""
     parts = []
     for server in report:
-        text = f"{server['url']} {server['calls']} call(s)"
+        text = f"{server['url']} {server['calls']} call(s) of {server['episodes_taken']} episode(s)"
         if server["failures"]:
             text += (f", taken out of service {server['failures']} time(s) ({server['why']})"
                      + ("" if server["in_service"] else ", still out"))

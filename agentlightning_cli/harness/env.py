@@ -20,6 +20,7 @@ SCRUB_PREFIXES = (
     "ALIGHT_", "OPENAI_", "ANTHROPIC_", "CLAUDE_", "CODEX_", "LLM_", "LITELLM_", "MSWEA_", "HOSTED_VLLM_",
     "OPENHANDS_", "GEMINI_", "GOOGLE_", "AZURE_", "AWS_", "OPENROUTER_", "MISTRAL_", "GROQ_", "TOGETHER",
     "DEEPSEEK_", "XAI_", "HF_", "HUGGING", "XDG_", "TMUX", "VIRTUAL_ENV", "CONDA_", "PYTHON", "NODE_OPTIONS",
+    "RAY_",  # on a Ray node: RAY_AUTH_TOKEN would let the agent run code on every node of the cluster
 )
 SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION"}
 

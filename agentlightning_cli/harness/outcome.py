@@ -23,7 +23,8 @@ class EpisodeOutcome:
     status: Status
     reason: str | None = None
     exit_code: int | None = None
-    calls: int = 0
+    calls: int | None = 0
+    """None: the count could not be read (detail["calls_not_read"] says why)."""
     turn_limit_reached: bool = False
     wall_s: float = 0.0
     first_call_s: float | None = None

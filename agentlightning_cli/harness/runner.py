@@ -31,7 +31,12 @@ from agentlightning_cli.harness.sandboxed import EpisodeBox, open_box
 log = logging.getLogger("alight.harness")
 
 CallCounter = Callable[[str], "tuple[int, float | None]"]
-"""episode_id -> (LLM calls recorded, time.time() of the first one or None)."""
+"""episode_id -> (LLM calls recorded, time.time() of the first one or None); may raise CallCountUnread."""
+
+
+class CallCountUnread(Exception):
+    """The count lives elsewhere and could not be read (a Ray node asks the head's proxy, which did not answer):
+    the harness's own ending stands, and the episode says the count was not read."""
 
 
 def store_call_counter(store: Any, settle_s: float = 0.1, max_wait_s: float = 5.0) -> CallCounter:
@@ -184,10 +189,14 @@ class HarnessEpisode:
             missing = cannot_start(stderr_path)
             if missing is not None:
                 self._stop_status, self._stop_reason = "harness_error", missing
-        outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
+        try:
+            outcome.calls, first = await asyncio.to_thread(self.count_calls, spec.episode_id)
+        except CallCountUnread as exc:  # not "no calls": unknown, and said so (the head counts its own store)
+            outcome.calls, first = None, None
+            outcome.detail["calls_not_read"] = str(exc)
         outcome.first_call_s = round(first - started, 3) if first is not None else None
         self._classify(outcome, ctx, stdout_path, stderr_path, timed_out, timeout)
-        log.info("episode %s: %s%s (%d calls, %.1f s)", spec.episode_id, outcome.status,
+        log.info("episode %s: %s%s (%s calls, %.1f s)", spec.episode_id, outcome.status,
                  f" ({outcome.reason})" if outcome.reason else "", outcome.calls, outcome.wall_s)
         return outcome
 

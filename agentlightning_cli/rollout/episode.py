@@ -11,6 +11,7 @@ alike; the outcome is stored beside it.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 import subprocess
@@ -29,6 +30,11 @@ from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
 from agentlightning_cli.tasks import (AgentPatch, agent_patch, patch_base_dir, prepare_workspace, remove_base,
                                       reveal_hidden_files, snapshot_base)
+from agentlightning_cli.tasks.history import History
+from agentlightning_cli.tasks.patch import GitFailed
+
+HISTORY_RECORD = "alight-history.json"
+"""In an episode's patch base (outside every sandbox): what its workspace's repository left out, from `setup`."""
 
 if TYPE_CHECKING:
     from agentlightning_cli.harness.install import Installed
@@ -38,12 +44,15 @@ if TYPE_CHECKING:
 
 class EpisodeProxy(Protocol):
     """What an episode needs of the recording proxy (proxy/server.Proxy): its key registered (with the run's seed)
-    before the harness starts, the base URL the harness is pointed at, and the Unix sockets a sandbox reaches."""
+    before the harness starts, the base URL the harness is pointed at, the Unix sockets a sandbox reaches, and its
+    key revoked when it ends (`end_episode`: a process the harness left behind is refused, never recorded)."""
 
     unix_path: str
     listeners_path: str
 
     def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None: ...
+
+    def end_episode(self, episode_id: str) -> None: ...
 
     def episode_base_url(self, episode_id: str, protocol: str = "openai-chat") -> str: ...
 
@@ -192,11 +201,17 @@ def setup(node: NodeContext, slot: Slot) -> Path:
     workspace = stale.workspaces_root(node.run_dir) / slot.episode_id
     try:
         task = node.sources.local_task(slot.task)
+        found: list[History] = []
+        # A repository's later history is left out (tasks/history.py), made once per (source, commit) per run.
         prepare_workspace(task, workspace, setup_timeout_s=node.setup_timeout_s, sandbox=node.sandbox,
-                          limits=node.limits, container_runtime=node.container_runtime)
+                          limits=node.limits, container_runtime=node.container_runtime,
+                          history_cache=node.sources.root / "history", on_history=found.append)
         # The starting point of the agent's patch: the workspace after setup, kept where no sandbox mounts it.
-        snapshot_base(workspace, patch_base_dir(node.run_dir, slot.episode_id))
-    except (AlightError, OSError, subprocess.SubprocessError) as exc:
+        base = patch_base_dir(node.run_dir, slot.episode_id)
+        snapshot_base(workspace, base)
+        if found:  # beside the starting point, for the episode's record (`work` reads it)
+            (base / HISTORY_RECORD).write_text(json.dumps(found[0].to_json()), encoding="utf-8")
+    except (AlightError, OSError, subprocess.SubprocessError, GitFailed) as exc:
         shutil.rmtree(workspace, ignore_errors=True)
         remove_base(patch_base_dir(node.run_dir, slot.episode_id))
         if not isinstance(exc, AlightError):
@@ -211,6 +226,7 @@ def prepare(ctx: RoundContext, slot: Slot, key: str) -> Prepared | Ended:
     try:
         workspace = setup(ctx.node(), slot)
     except SetupFailed as exc:
+        ctx.proxy.end_episode(slot.episode_id)
         record(ctx.store, slot.episode_id, setup_failed(exc.why))
         return Ended(slot, "setup_failed", why=exc.why.splitlines()[0])
     return Prepared(slot, key, workspace, time.monotonic() - started)
@@ -227,7 +243,11 @@ async def run(ctx: RoundContext, item: Prepared) -> Ended:
                          proxy_socket=ctx.proxy.unix_path or None,  # sandboxed episodes reach the proxy through these
                          proxy_listeners=ctx.proxy.listeners_path or None)
     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running", started_at=time.time())
-    result = await work(ctx.node(), slot, item.workspace, item.prep_s, access)
+    try:
+        result = await work(ctx.node(), slot, item.workspace, item.prep_s, access,
+                            harness_ended=lambda: ctx.proxy.end_episode(slot.episode_id))
+    finally:  # cancelled too: the key stops working whatever way the episode ends
+        ctx.proxy.end_episode(slot.episode_id)
     await asyncio.to_thread(record, ctx.store, slot.episode_id, result)
     return await ended(ctx.store, slot, result)
 
@@ -252,9 +272,13 @@ def record(store: Store, episode_id: str, result: Result) -> None:
                          ended_at=time.time(), error=result.error)
 
 
-async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, access: ProxyAccess) -> Result:
+async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, access: ProxyAccess,
+               harness_ended: Callable[[], None] | None = None) -> Result:
     """The harness in its sandbox, then the agent's patch, hidden files and reward, then the workspace removed.
-    No store: the caller records the Result. Cancelling it kills the harness (the runner's finally)."""
+    No store: the caller records the Result. Cancelling it kills the harness (the runner's finally).
+    `harness_ended`: called once the harness has ended (and its calls are counted), before the hidden files go in
+    and the reward runs: the head revokes the episode's key there, so nothing started by the episode can still
+    call the model (or be recorded) while it is scored."""
     timings, t0 = {"prepare_s": prep_s}, time.monotonic()
     spec = EpisodeSpec(
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=workspace, base_url=access.base_url,
@@ -265,15 +289,20 @@ async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, ac
         container_workdir=slot.task.container_workdir)
     t = time.monotonic()
     seen: dict[str, Any] | None = None
+    history = _history_record(patch_base_dir(node.run_dir, slot.episode_id))
     assert node.count_calls is not None
     try:
         outcome = await run_episode(node.recipe, node.installed, spec, node.count_calls, node.stopper)
-        ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls
+        ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls or 0
         seen = outcome.detail  # the sandbox it ran in, its peak use, leftovers killed: kept with the episode
         timings["harness_own_s"] = outcome.wall_s  # the harness process's own lifetime
     except (AlightError, OSError, ValueError) as exc:  # a harness that cannot start fails its episode only
         ending, reason, exit_code, calls = "harness_error", f"the harness could not start: {exc}", None, 0
     timings["harness_s"] = time.monotonic() - t
+    if history is not None:  # what the workspace's repository left out: the round's summary counts it
+        seen = {**(seen or {}), "history": history}
+    if harness_ended is not None:
+        harness_ended()
     made, (status, reward, error, detail) = await asyncio.to_thread(_score, node, slot, workspace, timings)
     if not node.keep_workspaces:
         await asyncio.to_thread(shutil.rmtree, workspace, True)
@@ -314,6 +343,13 @@ def _score(node: NodeContext, slot: Slot, workspace: Path,
                         container_runtime=node.container_runtime)
     timings["reward_s"] = result.duration_s
     return made, (*scoring.classify(result), scoring.detail(result))
+
+
+def _history_record(base: Path) -> dict | None:
+    try:
+        return json.loads((base / HISTORY_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _completion_tokens(store: Store, episode_id: str) -> int:

@@ -3,21 +3,33 @@
 The head creates each episode's row and key (episode.create), sends a NodeJob to a node that offers the custom
 resource `alight_episode` (one unit per running episode: `ray start --resources='{"alight_episode": N}'` caps
 a node at N), and records the Result it gets back (episode.record): the store has one writer, on the head.
-At most `--concurrency` episodes are out at once (back-pressure: the next is sent when one comes back).
+At most `--concurrency` episodes are out at once (back-pressure: the next is sent when one comes back). The task's
+local sources go with the job through Ray's object store (rollout/ship.py): the cluster needs no shared file system.
 
-Failures, and what a rerun does with them:
-- a node's worker process or the node itself is lost mid-episode: that episode is marked `abandoned` (its calls
-  stay) and its slot is sent again once, under the next try's id; lost twice, it is left `interrupted`, which a
-  rerun of the same command redoes;
-- an episode past its whole deadline (harness + setup + reward time, plus a margin) is cancelled on its node (the
-  worker process is killed and its sandbox with it, bubblewrap dies with its parent) and left `interrupted`;
+Failures, and what a rerun does with them (waiting: rollout/ray_wait.py):
+- any Ray failure of one episode's task (its worker process or node lost, Ray's memory monitor, a task Ray cannot
+  schedule or whose runtime environment fails, alight's own code failing on the node): that episode is marked
+  `abandoned` with Ray's reason (its calls stay) and its slot is sent again once, under the next try's id; failed
+  twice, it is left `interrupted`, which a rerun of the same command redoes. Never the round;
+- an episode past its whole deadline (harness + setup + reward time, plus a margin), counted from its start on its
+  node, is cancelled there (the worker process is killed and its sandbox with it) and left `interrupted`; one that
+  no node starts within the queue timeout (`ray.queue_timeout_s`, counted while a slot is free) likewise;
 - the head stopped (Ctrl-C, a dead vLLM): every task still out is cancelled, and the round marks its episodes
   `interrupted` as on one machine; resuming works exactly as without Ray.
+Under `--sandbox container` a container outlives a killed worker (the runtime's monitor is its parent), so the head
+removes an episode's containers on its node when the episode is lost or cancelled, and every node's containers of
+the run at the start and end of each round (by their workspace label, sandbox/container.py).
+
+alight's own one-machine cluster (no `--ray-address`) uses Ray's token authentication with a fresh token of the run,
+held in this process's environment only; joining a cluster, the token is the user's (RAY_AUTH_MODE=token and
+RAY_AUTH_TOKEN or ~/.ray/auth_token, as for any Ray client).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 import sys
 import time
 from collections import defaultdict
@@ -29,10 +41,12 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import episode
 from agentlightning_cli.rollout.episode import Ended, Result, RoundContext
 from agentlightning_cli.rollout.plan import Slot
-from agentlightning_cli.rollout.remote import NodeJob, NodeResult, run_on_node
+from agentlightning_cli.rollout.ray_wait import Lost, wait_for_episode
+from agentlightning_cli.rollout.remote import NodeJob, NodeResult, episode_task, remove_containers
 
 RESOURCE = "alight_episode"
 DEADLINE_MARGIN_S = 120.0
+SWEEP_TIMEOUT_S = 120.0
 LOCAL_ADDRESSES = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -52,29 +66,45 @@ def import_ray() -> Any:
 class RayExecutor:
     """Connected once per run (`connect`), used by every round (`run_slots`), disconnected at the end (`close`)."""
 
-    def __init__(self, address: str | None, concurrency: int):
-        self.address, self.concurrency = address, concurrency
+    def __init__(self, address: str | None, concurrency: int, queue_timeout_s: float = 600.0):
+        self.address, self.concurrency, self.queue_timeout_s = address, concurrency, queue_timeout_s
         self.proxy_url = ""
         self.nodes: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"episodes": 0, "round_trips_ms": []})
         self.redone = 0
+        self.swept = 0
+        """Containers of the run's episodes removed on the nodes (lost or cancelled episodes, round ends)."""
         self._ray: Any = None
+        self._shipper: Any = None
         self._started_local = False
 
     def connect(self) -> None:
-        """Join the cluster at `address` (or start a one-machine Ray with `concurrency` episode slots) and check that
-        some node offers episode slots."""
+        """Join the cluster at `address` (or start a one-machine Ray with `concurrency` episode slots, token
+        authenticated) and check that some node offers episode slots."""
+        if not self.address:
+            _own_token()  # before Ray reads its settings: the cluster and every process it starts use it
         ray = import_ray()
         if self.address:
             try:
                 ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
+            except ray.exceptions.AuthenticationError as exc:
+                raise AlightError(f"the Ray cluster at {self.address} refused alight: {exc.message}",
+                                  hint="give this process the cluster's token: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN="
+                                       "(what `ray get-auth-token` prints on the head) or the file ~/.ray/auth_token"
+                                  ) from None
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise AlightError(f"cannot join the Ray cluster at {self.address}: {exc}",
                                   hint="start it with `ray start --head` and pass the address it prints") from None
         else:
-            ray.init(resources={RESOURCE: self.concurrency}, include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR")
+            # "local": always a new cluster of our own, never one a `ray start` left running on this machine
+            ray.init(address="local", resources={RESOURCE: self.concurrency}, include_dashboard=False,
+                     log_to_driver=False, logging_level="ERROR")
             self._started_local = True
+            say(f"Ray: started a one-machine cluster at {ray.get_runtime_context().gcs_address} (token "
+                "authentication, a token of this run's own)")
         self._ray = ray
+        from agentlightning_cli.rollout.ship import Shipper
+
+        self._shipper = Shipper(ray)
         slots = ray.cluster_resources().get(RESOURCE, 0)
         if slots < 1:
             self.close()
@@ -119,40 +149,63 @@ class RayExecutor:
             trips = sorted(seen["round_trips_ms"])
             trip = f", proxy round trip {trips[len(trips) // 2]:.2f} ms" if trips else ""
             parts.append(f"{address} (node {node_id[:8]}) {seen['episodes']} episode(s){trip}")
-        redone = f"; {self.redone} episode(s) redone after their node was lost" if self.redone else ""
-        return f"Ray ran the episodes on {len(self.nodes)} node(s): " + "; ".join(parts) + redone
+        redone = f"; {self.redone} episode(s) redone after a Ray failure (node or worker lost)" if self.redone else ""
+        swept = f"; {self.swept} leftover container(s) removed on the nodes" if self.swept else ""
+        return f"Ray ran the episodes on {len(self.nodes)} node(s): " + "; ".join(parts) + redone + swept
 
     # -- one round ---------------------------------------------------------------------------------------
     async def run_slots(self, ctx: RoundContext, slots: list[Slot], concurrency: int, on_start: Callable[[], None],
                         on_end: Callable[[Ended], None]) -> list[Ended]:
         ray = self._ray
-        task = ray.remote(run_on_node).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
+        task = ray.remote(episode_task).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
         out_now = asyncio.Semaphore(max(1, concurrency))
         endings: list[Ended] = []
+        counted: set[tuple[str, int]] = set()  # slots shown as running (once, whatever their tries)
+        await self.sweep(ctx)  # what a killed head or worker left on the nodes
+
+        async def started(slot: Slot, report: dict[str, Any]) -> None:
+            await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running",
+                                    started_at=report.get("at") or time.time())
+            if (slot.task.id, slot.attempt) not in counted:
+                counted.add((slot.task.id, slot.attempt))
+                on_start()
 
         async def one(slot: Slot, tries_left: int) -> None:
             async with out_now:
                 key = await asyncio.to_thread(episode.create, ctx, slot)
-                await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="running",
-                                        started_at=time.time())
-                on_start()
                 sent = time.monotonic()
-                ref = task.remote(self._job(ctx, slot, key))
                 try:
-                    got = await self.wait_for_episode(ref, _deadline(ctx, slot))
-                except BaseException:  # the round stops (Ctrl-C, a dead vLLM): the worker process is killed and
-                    ray.cancel(ref, force=True)  # its sandbox dies with it
-                    raise
+                    shipments = await asyncio.to_thread(self._shipper.for_task, slot.task)
+                except AlightError as exc:  # the head's own copy is gone: this episode cannot be set up anywhere
+                    got: NodeResult | Lost = NodeResult(episode.setup_failed(exc.message + f" ({exc.hint})"))
+                else:
+                    gen = task.remote(self._job(ctx, slot, key, shipments))
+                    try:
+                        got = await wait_for_episode(ray, gen, _deadline(ctx, slot), self.queue_timeout_s, RESOURCE,
+                                                     lambda report: started(slot, report))
+                    except BaseException:  # the round stops (Ctrl-C, a dead vLLM): the worker process is killed
+                        ray.cancel(gen, force=True)  # and its sandbox dies with it (a container: swept below)
+                        ctx.proxy.end_episode(slot.episode_id)
+                        raise
+                # Back from its node (or lost there): its key stops working before the next slot is sent, so
+                # nothing it left behind can call the model or record into it (the node needed the key until now,
+                # for the call count). A redo runs under a new id and key.
+                ctx.proxy.end_episode(slot.episode_id)
             if isinstance(got, NodeResult):  # sent -> back, against the node's own prepare_s + run_s: Ray's cost
                 got.result.timings["head_wait_s"] = time.monotonic() - sent
-            if isinstance(got, str):  # lost with its node or worker
+                if got.result.status == "interrupted" and ctx.sandbox == "container":
+                    await self.sweep(ctx, slot.episode_id)  # cancelled: its container is not
+            if isinstance(got, Lost):
+                if ctx.sandbox == "container":
+                    await self.sweep(ctx, slot.episode_id)
                 if tries_left:
                     self.redone += 1
                     await asyncio.to_thread(ctx.store.update_episode, slot.episode_id, status="abandoned",
-                                            ended_at=time.time(), error=f"{got}; its slot was sent again")
-                    say(f"episode {slot.episode_id} ({slot.task.id}): {got}; sending it again")
+                                            ended_at=time.time(), error=f"{got.why}; its slot was sent again")
+                    say(f"episode {slot.episode_id} ({slot.task.id}): {got.why}; sending it again")
                     return await one(await asyncio.to_thread(_next_try, ctx, slot), tries_left - 1)
-                got = NodeResult(Result("interrupted", error=f"{got}, twice; a rerun of the command redoes it", why=got))
+                why = f"its Ray task failed twice (last: {got.why}); a rerun of the command redoes it"
+                got = NodeResult(Result("interrupted", error=why, why=got.why))
             await asyncio.to_thread(self._record, ctx, slot, got)
             ended = await episode.ended(ctx.store, slot, got.result)
             endings.append(ended)
@@ -166,36 +219,48 @@ class RayExecutor:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
+        finally:
+            await asyncio.shield(self.sweep(ctx))  # every node, whatever ended the round
         return endings
 
-    async def wait_for_episode(self, ref: Any, deadline_s: float) -> NodeResult | str:
-        """The node's result; a reason string when the node or its worker was lost; an `interrupted` result when
-        the deadline passed (the task is cancelled on its node)."""
-        ray = self._ray
-        lost = tuple(getattr(ray.exceptions, name) for name in
-                     ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError")
-                     if hasattr(ray.exceptions, name))
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline_s)
-        except asyncio.TimeoutError:
-            ray.cancel(ref, force=True)
-            why = f"the episode ran past its whole deadline ({deadline_s:.0f} s) on its node; cancelled there"
-            return NodeResult(Result("interrupted", error=why + "; a rerun of the command redoes it", why=why))
-        except lost as exc:
-            return f"the Ray worker running it was lost ({type(exc).__name__})"
-        except ray.exceptions.RayTaskError as exc:  # alight's own code failed on the node
-            why = f"the episode failed on its node: {exc}"[:2000]
-            return NodeResult(Result("interrupted", error=why, why=why.splitlines()[0]))
+    async def sweep(self, ctx: RoundContext, episode_id: str | None = None) -> int:
+        """Under `--sandbox container`: remove the run's containers (one episode's) on every node with episode
+        slots, by their workspace label; a task pinned to each node, needing no episode slot."""
+        if ctx.sandbox != "container":
+            return 0
+        return await asyncio.to_thread(self._sweep_nodes, ctx.run_id, ctx.container_runtime, episode_id)
 
-    def _job(self, ctx: RoundContext, slot: Slot, key: str) -> NodeJob:
+    def _sweep_nodes(self, run_id: str, runtime: str, episode_id: str | None) -> int:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._ray
+        sweep = ray.remote(remove_containers)
+        refs = [sweep.options(num_cpus=0, max_retries=1,
+                              scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(run_id, runtime, episode_id)
+                for n in self._alive_nodes() if n.get("Resources", {}).get(RESOURCE)]
+        if not refs:
+            return 0
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=SWEEP_TIMEOUT_S)
+        removed = 0
+        for ref in ready:
+            try:
+                removed += ray.get(ref)
+            except ray.exceptions.RayError as exc:  # a node gone meanwhile: its containers went with it
+                say(f"removing the run's containers on a node failed: {exc}")
+        self.swept += removed
+        return removed
+
+    def _job(self, ctx: RoundContext, slot: Slot, key: str, shipments: list[Any]) -> NodeJob:
         budgets = getattr(ctx.proxy, "budgets", None)  # proxy/control.Budgets of alight's own proxy
         budgeted = budgets is not None and (budgets.max_calls is not None or budgets.max_completion_tokens is not None)
         return NodeJob(run_id=ctx.run_id, slot=slot, key=key, proxy_url=self.proxy_url,
-                       settings=ctx.episode_settings(), budgeted=budgeted)
+                       settings=ctx.episode_settings(), budgeted=budgeted, shipments=shipments)
 
     def _record(self, ctx: RoundContext, slot: Slot, got: NodeResult) -> None:
         """Into the head's store and run folder: the Result, and the harness's log tails where `alight inspect`
         finds an episode's logs."""
+        count_here(ctx.store, slot.episode_id, got.result)
         episode.record(ctx.store, slot.episode_id, got.result)
         folder = got.node.get("folder")
         if folder and got.result.status != "setup_failed":  # where the workspace was: on its node, not the head
@@ -209,6 +274,33 @@ class RayExecutor:
             seen["episodes"] += 1
             if "proxy_round_trip_ms" in got.node:
                 seen["round_trips_ms"].append(got.node["proxy_round_trip_ms"])
+
+
+def count_here(store: Any, episode_id: str, result: Result) -> None:
+    """A node that could not read the episode's call count (the proxy did not answer it) kept the harness's own
+    ending; the head counts its store instead, and a finished harness that made no call is `no_calls` after all."""
+    detail = result.outcome_detail or {}
+    if "calls_not_read" not in detail:
+        return
+    result.calls = store.llm_call_count(episode_id)[0]
+    detail["calls_not_read"] += f"; counted on the head instead: {result.calls}"
+    if result.calls == 0 and result.outcome == "finished":
+        result.outcome = "no_calls"
+        result.why = result.error = "the harness exited without a single LLM call (counted on the head)"
+
+
+def _own_token() -> None:
+    """Token authentication for alight's own cluster, with a fresh token that lives in this process's environment
+    (which the cluster's processes inherit) and nowhere on disk: no other process of the machine's users, and
+    nothing on the network that reaches its ports, can join it or run code in it."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    if "ray" in sys.modules:  # Ray read its settings at import: read them again, as `ray start` does
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _deadline(ctx: RoundContext, slot: Slot) -> float:
