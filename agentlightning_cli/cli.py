@@ -294,6 +294,7 @@ def run_command(
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep each episode's workspace after its reward.")] = False,
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,
+    adapter: Annotated[Optional[Path], typer.Option(help="Serve this trained LoRA adapter folder (adapter_config.json + adapter_model.safetensors, e.g. runs/NAME/adapters/round-N) as round 0's policy instead of the zero adapter: the serve.adapter setting. Refused if it was trained on another base model.")] = None,
     setup_timeout: Annotated[float, typer.Option(help="Seconds allowed for each setup command.")] = 900.0,
     reward_timeout: Annotated[float, typer.Option(help="Seconds allowed for the reward command.")] = 600.0,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
@@ -312,8 +313,44 @@ def run_command(
         max_tokens=max_tokens, max_turns=max_turns, seed=seed, keep_workspaces=keep_workspaces, rounds=rounds,
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
-        sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose, executor=executor, ray_address=ray_address)
+        sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose, executor=executor, ray_address=ray_address,
+        adapter=adapter)
     run_and_report(opts, as_json)
+
+
+@app.command("eval")
+def eval_command(
+    task_set: Annotated[Path, typer.Option("--task-set", help="Task set (JSONL): alight lines or SWE-bench instances.")],
+    harness: Annotated[str, typer.Option(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
+    adapter: Annotated[Optional[list[str]], typer.Option(help="A trained LoRA adapter folder to evaluate, or `base` for the base model (served through the zero adapter, as round 0 is; a folder named base: ./base). Give it twice to compare two, paired on the same draws. Default: base.")] = None,
+    attempts: Annotated[int, typer.Option(help="Attempts per task (k of pass@k).")] = 4,
+    seed: Annotated[int, typer.Option(help="Sampling seed: each call's vLLM seed is derived from (seed, task, attempt, call index), the same under every adapter.")] = 0,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples of tasks per 95% interval.")] = 2000,
+    concurrency: Annotated[int, typer.Option(help="Episodes running at once.")] = 2,
+    model: Annotated[Optional[Path], typer.Option(help="Local HF model directory for vLLM, the adapters' base (default: the embedded tiny model).")] = None,
+    upstream: Annotated[Optional[list[str]], typer.Option(help="Use this OpenAI-compatible server instead of starting vLLM (adapters are loaded on it: vLLM with --enable-lora and runtime LoRA updating).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Evaluation folder; one run folder per adapter inside (default: runs_dir/NAME).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Evaluation name under runs_dir (default: eval-<task set>-<harness>).")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per episode for the harness (default: the task's, else the recipe's).")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(help="LLM calls allowed per episode.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Completion tokens allowed per episode.")] = None,
+    max_turns: Annotated[Optional[int], typer.Option(help="The harness's own turn limit, where it has one.")] = None,
+    tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
+    sandbox: SandboxFlag = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evaluate an adapter (or the base) on a task set x --attempts, no training: pass@1, pass@k and mean reward
+    with 95% intervals clustered by task; two --adapter are compared paired (same tasks, same seeds) with the
+    difference and its interval. Rerunning the same command resumes it."""
+    from agentlightning_cli.commands.eval import eval_and_report
+    from agentlightning_cli.commands.run import RunOptions
+
+    opts = RunOptions(
+        task_set=task_set, harness=harness, attempts=attempts, concurrency=concurrency, model=model,
+        upstream=upstream or None, out=out, name=name, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens,
+        max_turns=max_turns, seed=seed, tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()],
+        sandbox=sandbox_flag(sandbox))
+    eval_and_report(opts, adapter or [], resamples, as_json)
 
 
 @app.command("train")

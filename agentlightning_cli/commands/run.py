@@ -56,6 +56,11 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
 def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     check_training_settings(settings, opts)
+    if opts.adapter is not None:  # --adapter: the serve.adapter setting, for this run
+        opts.adapter = settings.serve.adapter = Path(opts.adapter).expanduser().resolve()
+    if settings.serve.adapter is not None and opts.upstream is not None and opts.rounds > 1:
+        raise AlightError("--adapter with --upstream serves the adapter in a run of one round only",
+                          "train from it with servers alight starts (--model DIR --adapter DIR --rounds N)")
     tasks = load_task_subset(opts)
     recipe, installed = recipe_and_install(settings, opts.harness)
     from agentlightning_cli.sandbox.choice import resolve
@@ -85,6 +90,10 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
 
         model = resolve_model(settings, opts.model)
         check_model_dir(model)
+        if settings.serve.adapter is not None:  # an adapter made for another base: refused before vLLM starts
+            from agentlightning_cli.serve.given_adapter import check_adapter_base
+
+            check_adapter_base(Path(settings.serve.adapter), model)
         size_for_harness(settings, recipe, model)
         warning = tools_warning(recipe, model)
         if warning:
@@ -120,6 +129,10 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         settings.proxy.sampling.token_ids = probe.token_ids
         if probe.max_model_len:  # the servers' context: the longest row a round trains on
             settings.serve.max_model_len = probe.max_model_len
+        if settings.serve.adapter is not None:  # the servers' model is the base it must have been trained on
+            from agentlightning_cli.serve.given_adapter import check_adapter_base
+
+            check_adapter_base(Path(settings.serve.adapter), probe.model, model_flag="an --upstream serving")
     run_dir.mkdir(parents=True, exist_ok=True)
     with stale.RunLock(run_dir):
         killed = stale.kill_run_processes(run_dir)
@@ -166,6 +179,10 @@ def _open(settings: Settings, name: str, run_dir: Path, opts: RunOptions, recipe
             store.close()
             raise AlightError(f"run {name} was started with {key} {row.config.get(key)}, not {snapshot[key]}",
                               "pass another --name (or --out) for a different run")
+    if before.get("adapter") != snapshot["options"].get("adapter"):
+        store.close()
+        raise AlightError(f"run {name} was started with --adapter {before.get('adapter')}, not {opts.adapter}",
+                          "use the same --adapter to resume it, or another --name (or --out)")
     if before.get("attempts") not in (None, opts.attempts):
         store.close()
         raise AlightError(f"run {name} was started with --attempts {before.get('attempts')}, not {opts.attempts}",
@@ -184,6 +201,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
         sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox, limits=settings.episode_limits,
         container_runtime=settings.container.runtime, grading_network=settings.container.grading_network,
         timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
+        paired_seeds=opts.paired_seeds,
         setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)
     if done is not None:  # a rerun of a finished run: nothing to start
@@ -203,8 +221,12 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
                 from agentlightning_cli.serve.remote_policy import RemotePolicy
 
                 remote = RemotePolicy(run_dir, opts.upstream, probe.model, model, api_key=settings.serve.api_key)
-            summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, remote,
-                                             probe.model, probe, model))
+            from agentlightning_cli.serve.given_adapter import upstream_policy
+
+            with upstream_policy(settings.serve.adapter, opts.upstream, probe.model,
+                                 settings.serve.api_key) as policy_name:
+                summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, opts.upstream, remote,
+                                                 policy_name, probe, model))
         else:
             with lifecycle.vllm_upstream(settings, run_dir, model, trains=opts.rounds > 1) as policy:
                 summary = _run_loop(_serve_round(settings, opts, store, run_context, tasks, policy.base_urls, policy,
@@ -344,7 +366,7 @@ def run_and_report(opts: RunOptions, as_json: bool) -> None:
 
     from agentlightning_cli.config import load_settings
 
-    summary = run(load_settings(flags={"sandbox": opts.sandbox}), opts)
+    summary = run(load_settings(flags={"sandbox": opts.sandbox, "serve": {"adapter": opts.adapter}}), opts)
     if as_json:
         print(json.dumps(summary.to_json(), indent=2))
         return

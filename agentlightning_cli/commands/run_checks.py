@@ -49,6 +49,11 @@ class RunOptions:
     ray_address: str | None = None
     """--ray-address: the Ray cluster to join (None with --executor ray: a one-machine Ray started for the run)."""
     """--unsafe-expose-protected-paths: mount what the guard would refuse (sandbox/exposure.py); the summary says so."""
+    adapter: Path | None = None
+    """--adapter: a trained LoRA adapter folder served as round 0's policy (sets serve.adapter for this run)."""
+    paired_seeds: bool = False
+    """alight eval: the sampling seed of each call depends on its (task, attempt), not its episode id, so each
+    adapter evaluated draws alike (proxy/control.slot_draw)."""
 
     def snapshot(self) -> dict[str, Any]:
         return json.loads(json.dumps({k: v for k, v in self.__dict__.items()}, default=str))

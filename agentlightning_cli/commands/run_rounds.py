@@ -47,7 +47,8 @@ async def run_rounds(settings: Settings, opts: RunOptions, run: RunContext, task
         if rnd is None:  # round 0 on a fresh run (later rows are made when their adapter is ready)
             # (servers alight did not start sample their own model in round 0: no adapter)
             rnd = store.create_round(run.run_id, index, proxy.policy or "upstream",
-                                     str(policy.adapter_dir(index)) if policy and policy.starts_servers else None)
+                                     str(getattr(policy, "first_adapter", None) or policy.adapter_dir(index))
+                                     if policy and policy.starts_servers else None)
         elif policy is not None and rnd.policy != proxy.policy and rnd.adapter_path:  # resuming a later round
             await serve_adapter(proxy, policy, rnd.policy, Path(rnd.adapter_path))
         if opts.rounds > 1:

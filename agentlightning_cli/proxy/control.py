@@ -99,9 +99,17 @@ SEED_MASK = 0x7FFFFFFF
 def episode_seed(run_seed: int, episode_id: str, call_index: int) -> int:
     """The vLLM `seed` of one chat call: a hash of (run seed, episode id, call index). Different attempts of
     a task (different episode ids) sample differently, so GRPO groups do not collapse; the same episode
-    rerun with the same run seed sends the same seeds, call by call."""
+    rerun with the same run seed sends the same seeds, call by call. `episode_id` may instead be a slot's draw
+    (slot_draw): then every run, round and retry of that (task, attempt) draws alike (alight eval's pairing)."""
     digest = hashlib.blake2b(f"{run_seed}\0{episode_id}\0{call_index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") & SEED_MASK
+
+
+def slot_draw(task_id: str, attempt: int) -> str:
+    """What a paired run's seeds hash in place of the episode id: the (task, attempt) slot alone. An episode id
+    also holds the run id (random per run), the round and the retry, so two runs of the same slot never drew
+    alike; keyed by the slot, two adapters evaluated in two runs send the same seeds, call by call."""
+    return f"slot\0{task_id}\0{attempt}"
 
 
 class EpisodeSeeds:
@@ -109,17 +117,23 @@ class EpisodeSeeds:
     seed gets none: its requests go upstream unchanged. Call indices count, from 0, the chat calls of the
     episode that passed its budget in this proxy, in the order they arrived."""
 
-    __slots__ = ("_run_seed", "_next")
+    __slots__ = ("_run_seed", "_next", "_draw")
 
     def __init__(self) -> None:
         self._run_seed: dict[str, int] = {}
         self._next: dict[str, int] = {}
+        self._draw: dict[str, str] = {}
 
-    def register(self, episode_id: str, run_seed: int | None) -> None:
+    def register(self, episode_id: str, run_seed: int | None, draw: str | None = None) -> None:
+        """`draw` (slot_draw): hashed in place of the episode id, so the seeds depend on the slot only."""
         if run_seed is None:
             self._run_seed.pop(episode_id, None)
         else:
             self._run_seed[episode_id] = run_seed
+        if draw is None or run_seed is None:
+            self._draw.pop(episode_id, None)
+        else:
+            self._draw[episode_id] = draw
         self._next.pop(episode_id, None)
 
     def next(self, episode_id: str) -> int | None:
@@ -129,7 +143,7 @@ class EpisodeSeeds:
             return None
         index = self._next.get(episode_id, 0)
         self._next[episode_id] = index + 1
-        return episode_seed(run_seed, episode_id, index)
+        return episode_seed(run_seed, self._draw.get(episode_id, episode_id), index)
 
 
 @dataclass

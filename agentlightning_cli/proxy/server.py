@@ -160,11 +160,12 @@ class Proxy:
         await asyncio.to_thread(self.recorder.close)
 
     # -- control ----------------------------------------------------------------------------------------
-    def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None:
+    def register_episode(self, episode_id: str, key: str, seed: int | None = None, draw: str | None = None) -> None:
         """`seed` (a seeded run): every chat call of the episode goes upstream with a vLLM seed derived from
-        (seed, episode id, call index), see control.episode_seed. None: requests keep their own sampling."""
+        (seed, episode id, call index), see control.episode_seed. None: requests keep their own sampling.
+        `draw` (control.slot_draw): hashed instead of the episode id, so runs of the same slot draw alike."""
         self.keys.register(episode_id, key)
-        self.model_policy.seeds.register(episode_id, seed)
+        self.model_policy.seeds.register(episode_id, seed, draw)
 
     def end_episode(self, episode_id: str) -> None:
         """The episode ended (finished, timed out, cancelled, abandoned): its key stops working at once (a later

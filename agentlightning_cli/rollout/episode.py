@@ -24,6 +24,7 @@ from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.runner import EpisodeStopper, run_episode, store_call_counter
+from agentlightning_cli.proxy.control import slot_draw
 from agentlightning_cli.reward import run_reward
 from agentlightning_cli.rollout import scoring, stale
 from agentlightning_cli.rollout.plan import Slot
@@ -50,7 +51,8 @@ class EpisodeProxy(Protocol):
     unix_path: str
     listeners_path: str
 
-    def register_episode(self, episode_id: str, key: str, seed: int | None = None) -> None: ...
+    def register_episode(self, episode_id: str, key: str, seed: int | None = None,
+                         draw: str | None = None) -> None: ...
 
     def end_episode(self, episode_id: str) -> None: ...
 
@@ -104,6 +106,9 @@ class RunContext(NodeContext):
     run_id: str = field(kw_only=True)
     seed: int | None = None
     """`alight run --seed`: each episode's chat calls get a vLLM seed from (seed, episode id, call index)."""
+    paired_seeds: bool = False
+    """`alight eval`: the seed hashes the (task, attempt) slot instead of the episode id (proxy/control.slot_draw),
+    so each adapter evaluated draws alike on the same slot."""
     executor: Any = None
     """None: episodes run here (scheduler.run_slots); else a rollout.ray_executor.RayExecutor."""
 
@@ -191,7 +196,8 @@ def create(ctx: RoundContext, slot: Slot) -> str:
     workspace = stale.workspaces_root(ctx.run_dir) / slot.episode_id
     ctx.store.create_episode(ctx.run_id, ctx.round_id, slot.task.id, slot.attempt, ctx.recipe.name, key,
                              workspace=str(workspace), episode_id=slot.episode_id)
-    ctx.proxy.register_episode(slot.episode_id, key, seed=ctx.seed)
+    draw = slot_draw(slot.task.id, slot.attempt) if ctx.paired_seeds else None
+    ctx.proxy.register_episode(slot.episode_id, key, seed=ctx.seed, draw=draw)
     return key
 
 

@@ -136,6 +136,9 @@ class PolicyServer:
             train = self.settings.train
             make_adapter(self.model, r0, rank=training_rank(self.model, self.settings), alpha=train.lora_alpha,
                          target_modules=list(train.target_modules))
+        self.first_adapter = r0
+        """Round 0's adapter: the zero one in the run folder, or the given one (what round 0's row records, so a
+        run with --adapter --rounds N trains on from it)."""
         self._fit_rank(adapter_rank(r0))
         self._plan_gpus()
         self._choose_template()
@@ -153,11 +156,9 @@ class PolicyServer:
 
     def _given_adapter(self, path: Path) -> Path:
         """`--adapter DIR` (serve.adapter): a trained adapter served as policy-r0; vLLM's rank limit raised to fit."""
-        config = path / "adapter_config.json"
-        if not config.is_file() or not (path / "adapter_model.safetensors").is_file():
-            raise AlightError(f"--adapter {path}: no adapter_config.json + adapter_model.safetensors there",
-                              hint="give a directory `alight train` wrote (runs/NAME/adapters/round-N)")
-        return path.resolve()
+        from agentlightning_cli.serve.given_adapter import check_adapter_base
+
+        return check_adapter_base(path, self.model)
 
     def _plan_gpus(self) -> None:
         """Where vLLM and the trainer run and vLLM's share of a shared GPU (serve/gpu_plan.py), applied before
