@@ -31,6 +31,10 @@ model_app = typer.Typer(help="Models alight builds itself: the tiny random model
 app.add_typer(model_app, name="model")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ReportToFlag = Annotated[Optional[list[str]], typer.Option(
+    "--report-to", help="Experiment trackers for the trainer's steps and each round's numbers: tensorboard, mlflow,"
+    " wandb, trackio or none (repeat it, or comma-separate); one tracker run per alight run, resumed with it. Each is"
+    " a pip extra of the same name. The train.report_to setting; default none.")]
 SandboxFlag = Annotated[
     Optional[str],
     typer.Option("--sandbox", help="Where episodes, setup and reward run: bwrap (sandboxed, the default), container (the same in a container from the task's `image` or `container.image`, on podman or docker) or none (on the host)."),
@@ -295,6 +299,9 @@ def run_command(
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     rounds: Annotated[int, typer.Option(help="Rounds (training between rounds).")] = 1,
     adapter: Annotated[Optional[Path], typer.Option(help="Serve this trained LoRA adapter folder (adapter_config.json + adapter_model.safetensors, e.g. runs/NAME/adapters/round-N) as round 0's policy instead of the zero adapter: the serve.adapter setting. Refused if it was trained on another base model.")] = None,
+    eval_task_set: Annotated[Optional[Path], typer.Option(help="Held-out task set (JSONL) evaluated inside the run: before round 0 (the base, through the zero adapter) and after every --eval-every trainings and the last one, with the adapter just trained, at the training temperature; stored as evaluation rounds that are never trained on, shown in the summary and `alight inspect stats` with 95% intervals clustered by task. Each (task, attempt) draws with the same sampling seeds in every evaluation (from --seed, default 0, the task and the attempt), so evaluations are paired; --seed changes those draws. A harness whose prompt is not deterministic (e.g. a date in its system prompt) makes the pairing approximate. Its task ids may not be in --task-set. The eval.task_set setting.")] = None,
+    eval_attempts: Annotated[Optional[int], typer.Option(help="Attempts per held-out task (k of its pass@k; eval.attempts, default 4).")] = None,
+    eval_every: Annotated[Optional[int], typer.Option(help="Evaluate the held-out set after every K trainings (eval.every, default 1); always before round 0 and after the last training.")] = None,
     setup_timeout: Annotated[float, typer.Option(help="Seconds allowed for each setup command.")] = 900.0,
     reward_timeout: Annotated[float, typer.Option(help="Seconds allowed for the reward command.")] = 600.0,
     swebench_mirror: Annotated[Optional[Path], typer.Option(help="Folder of local git mirrors for SWE-bench lines.")] = None,
@@ -302,6 +309,7 @@ def run_command(
     ray_address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster to join (e.g. 10.0.0.1:6379); default: a Ray started on this machine for the run. Nodes on other machines need proxy.host: 0.0.0.0.")] = None,
     sandbox: SandboxFlag = None,
     unsafe_expose: UnsafeExposeFlag = False,
+    report_to: ReportToFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run every task x --attempts through a real harness behind the recording proxy; score; print a summary."""
@@ -314,7 +322,8 @@ def run_command(
         setup_timeout_s=setup_timeout, reward_timeout_s=reward_timeout,
         tasks=[t.strip() for t in (tasks or "").split(",") if t.strip()], swebench_mirror=swebench_mirror,
         sandbox=sandbox_flag(sandbox), unsafe_expose=unsafe_expose, executor=executor, ray_address=ray_address,
-        adapter=adapter)
+        adapter=adapter, eval_task_set=eval_task_set, eval_attempts=eval_attempts, eval_every=eval_every,
+        report_to=report_to or None)
     run_and_report(opts, as_json)
 
 
@@ -360,13 +369,17 @@ def train_command(
     base_model: Annotated[Optional[Path], typer.Option(help="The base model the run served (default: from the run's settings).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Adapter directory to write (default: RUN/adapters/round-N).")] = None,
     merge_to: Annotated[Optional[Path], typer.Option(help="Also write full weights with the adapter merged in here.")] = None,
+    report_to: ReportToFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Train a LoRA adapter (GRPO) on one round of a recorded run; print rows, merges, breaks and steps."""
     from agentlightning_cli.commands.train import render, train
     from agentlightning_cli.config import load_settings
 
-    report = train(load_settings(), run, round_index, base_model, out, merge_to)
+    from agentlightning_cli.train.trackers import requested
+
+    flags = {"train": {"report_to": (requested(report_to) or ["none"]) if report_to else None}}
+    report = train(load_settings(flags=flags), run, round_index, base_model, out, merge_to)
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -483,7 +496,8 @@ def inspect_stats(
     as_json: JsonFlag = False,
     plot: Annotated[Optional[Path], typer.Option(help="Also draw reward per round and loss per step into this PNG (needs the plot extra).")] = None,
 ) -> None:
-    """Per round: episodes, mean reward ± std, pass@1/pass@k per task, outcomes, tokens, training loss."""
+    """Per round: episodes, mean reward ± std (and its 95% interval by task), pass@1/pass@k per task, outcomes, tokens,
+    training loss; with --eval-task-set, the held-out curve with its intervals."""
     from agentlightning_cli.commands.inspect import stats
     from agentlightning_cli.inspect.text import stats_text
 

@@ -121,6 +121,11 @@ class ProxySettings(Section):
     """Client model name -> upstream name. `*` matches any name; the policy adapter is the default target."""
     sampling: SamplingOverrides = Field(default_factory=SamplingOverrides)
     budgets: Budgets = Field(default_factory=Budgets)
+    continuation: Literal["exact", "render"] | None = None
+    """How a conversation's next call is prompted. `exact`: the ids the model saw and sampled, continued through
+    vLLM's render / generate / derender endpoints (`--enable-scale-out`); `render`: every call re-rendered from the
+    harness's messages by the chat template. Empty: `exact` where every upstream answers those endpoints, else
+    `render` with one line saying why (proxy/token_io_probe.py resolves it at start)."""
 
 
 class HarnessOverride(Section):
@@ -160,6 +165,10 @@ class TrainSettings(Section):
     """Harness outcomes whose episodes train (harness_error / no_calls say nothing about the policy)."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Advantage = reward - group mean, divided by the group's std, the round's std, or nothing."""
+    reward_control: Literal["none", "shuffle"] = "none"
+    """`shuffle`: a noise control for benchmarks, not for training a model: each group's rewards are permuted
+    across its episodes (seeded by train.seed, the round and the task) before advantages are computed, so a run
+    spends the same compute at the same learning rate on a reward that says nothing (train/reward_control.py)."""
     max_row_tokens: int | None = None
     """Rows longer than this are dropped (never truncated); empty = serve.max_model_len."""
     lora_rank: int | None = None
@@ -193,6 +202,11 @@ class TrainSettings(Section):
     training runs while vLLM and the harnesses are idle (between rounds, or `alight train`)."""
     grpo: dict[str, Any] = Field(default_factory=dict)
     """Passed to trl.GRPOConfig unchanged (after alight's own values), e.g. {max_grad_norm: 0.5}."""
+    report_to: list[Literal["tensorboard", "mlflow", "wandb", "trackio", "none"]] = Field(
+        default_factory=lambda: ["none"])
+    """Experiment trackers (`--report-to`): the trainer's step metrics and alight's per-round metrics, one tracker
+    run per alight run, resumed with it (train/trackers.py). `none` (the default, as transformers v5) logs nowhere;
+    each tracker is a pip extra of the same name."""
 
 
 class RewardSettings(Section):
@@ -228,6 +242,17 @@ class RaySettings(Section):
     slot (time behind busy slots does not count); past it the episode ends `interrupted` (no node can schedule it)."""
 
 
+class EvalSettings(Section):
+    """`alight run --rounds N`: a held-out task set evaluated before round 0 and after trainings (never trained on)."""
+
+    task_set: Path | None = None
+    """The held-out task set (JSONL); none of its task ids may be in the run's --task-set. Empty: no evaluation."""
+    attempts: int = Field(default=4, ge=1)
+    """Attempts per held-out task (k of its pass@k)."""
+    every: int = Field(default=1, ge=1)
+    """Evaluate after every `every` trainings (and always before round 0 and after the last training)."""
+
+
 class Settings(Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".alight")
     """Caches: models, harness installs. ALIGHT_HOME."""
@@ -247,6 +272,7 @@ class Settings(Section):
     container: ContainerSettings = Field(default_factory=ContainerSettings)
     episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
     ray: RaySettings = Field(default_factory=RaySettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

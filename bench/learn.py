@@ -1,28 +1,46 @@
-"""The learning proof: a real model (SmolLM2-135M-Instruct) through a real harness (mini-SWE-agent, text mode) on
-CPU, trained with `alight run --rounds R` on examples/easy/train.jsonl and evaluated on the held-out tasks
-(examples/easy/heldout.jsonl) with the base model (the round-0 adapter is zero) and with each arm's last adapter.
+"""The learning benchmark: does training with alight make a real model better on tasks it never trains on?
 
-Two arms, the same in everything but the learning rate: `learn` (train.learning_rate as given) and `control`
-(learning rate 0: rounds, rollouts, seeds and adapters as in `learn`, no weight change), so what sampling noise
-and drift alone do to the held-out score is measured, not assumed. The held-out set is never trained on, and
-nothing here is tuned on it.
+A thin driver over the product. Each invocation is one `alight run` of one arm at one seed — SmolLM2-135M-Instruct
+through mini-SWE-agent (text mode) on CPU, trained for --rounds rounds on examples/easy/train.jsonl, with the
+held-out set examples/easy/heldout.jsonl (never trained on; no task a train task with other names) evaluated
+inside the run before round 0 (the base model through the zero adapter) and after the last training:
 
-Reports per arm: train reward per round, held-out pass@1 and mean reward before/after, time per round split into
-rollout / training / swap, trainer tokens/s, clip fraction, importance-weight statistics, and why calls did not
-merge into one row (prefix breaks per 100 calls by kind, on this real traffic); a table on stdout and
-bench/results/learn.json.
+    alight run --task-set examples/easy/train.jsonl --tasks <first N> --harness mini-swe-agent-text --model smollm2
+               --attempts 8 --rounds 5 --max-turns 1 --seed S --eval-task-set examples/easy/heldout.jsonl
+               --eval-attempts 4 --eval-every 4 --json
 
-    python bench/learn.py [--rounds 5] [--attempts 8] [--eval-attempts 8] [--concurrency 8] [--lr 5e-4]
-                          [--epochs 2] [--batch-size 8] [--grad-accum 1] [--max-turns 1] [--temperature T]
-                          [--tasks 8] [--heldout-tasks N] [--arms learn,control] [--control-rounds 0]
-                          [--out FILE] [--report WORK_DIR]
+with the training settings in an alight.yaml of the run's work folder (train.learning_rate, epochs, batch_size,
+grad_accum, seed = S, reward_control), exactly as a user sets them. Arms, the same in everything else:
+- `learn`: train.reward_control none, the real reward;
+- `shuffled`: train.reward_control shuffle — each group's rewards permuted across its episodes before advantages
+  (same learning rate, same rows, same steps): what training gains on held-out tasks without a reward signal.
+Every evaluation draws each (task, attempt) with the same sampling seeds (from --seed), so a run's round-0 and
+last evaluations are paired and a learning-rate-0 arm would add nothing.
 
-The defaults are the configuration of bench/results/learn.json (~100 minutes on 2 cores).
+Per seed and arm the script stores every evaluation (per task: attempts, solved, pass@1, pass@k, mean reward) and
+the train rounds (reward, timing, the reward control as each training applied it), and computes the held-out change
+(last evaluation - round 0) with its 95% interval clustered by task (a paired bootstrap over tasks), the mean over
+seeds per arm, and, per seed run in both arms, learn - shuffled on the last evaluation. The JSON
+(bench/results/learn.json) is written only by this script: runs merge into it one at a time (a lock file), a run
+of another configuration is refused, and free text goes in with --note.
+
+    python bench/learn.py --seed 0                    # the learn arm, seed 0 (~100 minutes on 2 cores)
+    python bench/learn.py --seed 0 --arm shuffled     # the control
+    python bench/learn.py --summary                   # recompute and print the summary of the stored runs
+    python bench/learn.py --smoke --out /tmp/l.json   # the driver end to end in minutes: tiny model, 2+2 tasks
+
+Options: [--rounds 5] [--attempts 8] [--eval-attempts 4] [--concurrency 8] [--lr 5e-4] [--epochs 2]
+[--batch-size 8] [--grad-accum 1] [--max-turns 1] [--temperature T] [--tasks 8] [--heldout-tasks N]
+[--work DIR] [--replace] [--note TEXT] [--out FILE]. The defaults are the configuration of the earlier benchmark
+(bench/results/learn-2026-11.json) with the held-out set grown to 26 tasks x 4 attempts. Nothing here is tuned
+on the held-out set.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -30,281 +48,361 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the product's own interval code, from this checkout
+
+from agentlightning_cli.rollout.intervals import paired_interval  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "learn.json"
 TRAIN = ROOT / "examples" / "easy" / "train.jsonl"
 HELDOUT = ROOT / "examples" / "easy" / "heldout.jsonl"
 HARNESS = "mini-swe-agent-text"
+ARMS = {"learn": "none", "shuffled": "shuffle"}  # arm -> train.reward_control
+METRICS = ("pass_at_1", "mean_reward")  # the changes reported (pass@k is stored per evaluation)
+DEFAULTS = {"rounds": 5, "attempts": 8, "eval_attempts": 4, "concurrency": 8, "lr": 5e-4, "epochs": 2,
+            "batch_size": 8, "grad_accum": 1, "max_turns": 1, "temperature": None, "tasks": 8, "heldout_tasks": None,
+            "model": "smollm2"}
+# --smoke: the driver end to end in minutes (the embedded tiny model says nothing about learning).
+SMOKE = {"rounds": 2, "attempts": 2, "eval_attempts": 1, "concurrency": 2, "epochs": 1, "batch_size": 2,
+         "tasks": 2, "heldout_tasks": 2, "model": "tiny"}
 
 
-def alight(args: list[str], env: dict[str, str], log: Path) -> dict:
-    """One `alight ... --json` as a user runs it; its JSON summary (stderr kept in `log`)."""
-    started = time.perf_counter()
-    with open(log, "w") as err:
-        out = subprocess.run([sys.executable, "-m", "agentlightning_cli", *args, "--json"], env=env, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=err, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"alight {' '.join(args)} failed (exit {out.returncode}); see {log}")
-    summary = json.loads(out.stdout)
-    summary["_seconds"] = time.perf_counter() - started
-    return summary
-
+# ---- the configuration and the run ------------------------------------------------------------------------------
 
 def task_ids(path: Path, limit: int | None) -> list[str]:
     ids = [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
     return ids[:limit] if limit else ids
 
 
-def held_out(summary: dict) -> dict:
-    tasks = summary["tasks"]
-    p1 = [t["pass_at_1"] for t in tasks if t["pass_at_1"] is not None]
-    mr = [t["mean_reward"] for t in tasks if t["mean_reward"] is not None]
-    return {"pass_at_1": round(sum(p1) / len(p1), 4) if p1 else None,
-            "mean_reward": round(sum(mr) / len(mr), 4) if mr else None, "seconds": round(summary["_seconds"], 1),
-            # Where a change comes from: one task learned, or a little everywhere.
-            "per_task": {t["task_id"]: {"solved": t["solved"], "attempts": t["attempts"],
-                                        "mean_reward": t["mean_reward"]} for t in tasks}}
+def configuration(opts: dict[str, Any]) -> dict[str, Any]:
+    """What every run merged into one results file shares (all but the arm and the seed)."""
+    rounds = opts["rounds"]
+    return {"harness": HARNESS, "model": opts["model"], "rounds": rounds, "trainings": rounds - 1,
+            "attempts": opts["attempts"], "eval_attempts": opts["eval_attempts"],
+            # Round 0 and after the last training only: one evaluation between costs as much as a round.
+            "eval_every": max(rounds - 1, 1), "concurrency": opts["concurrency"], "max_turns": opts["max_turns"],
+            "temperature": opts["temperature"], "learning_rate": opts["lr"], "epochs": opts["epochs"],
+            "batch_size": opts["batch_size"], "grad_accum": opts["grad_accum"],
+            "train_tasks": task_ids(TRAIN, opts["tasks"]), "heldout_tasks": task_ids(HELDOUT, opts["heldout_tasks"])}
 
 
-def heldout_from_store(run_dir: Path) -> dict:
-    """held_out() for a held-out run read back from its store (a run whose summary was not kept: --report)."""
-    from agentlightning_cli.rollout.round import final_episodes
-    from agentlightning_cli.rollout.summary import summarize
-    from agentlightning_cli.store import Store
-
-    store = Store.open(run_dir)
-    try:
-        run = store.list_runs()[0]
-        rnd = store.list_rounds(run.id)[-1]
-        episodes = final_episodes(store, run.id, rnd.id)
-        summary = summarize(run.name, rnd.index, 1, episodes).to_json()
-        ends, starts = [e.ended_at for e in episodes if e.ended_at], [e.started_at for e in episodes if e.started_at]
-        summary["_seconds"] = (max(ends) - min(starts)) if ends and starts else 0.0
-    finally:
-        store.close()
-    return {**held_out(summary), "episodes": len(episodes)}
+def settings_file(config: dict[str, Any], arm: str, seed: int) -> dict[str, Any]:
+    """The run's alight.yaml: the training settings a user would write, the arm's reward control, the seed."""
+    out: dict[str, Any] = {"train": {"learning_rate": config["learning_rate"], "epochs": config["epochs"],
+                                     "batch_size": config["batch_size"], "grad_accum": config["grad_accum"],
+                                     "seed": seed, "reward_control": ARMS[arm]}}
+    if config["temperature"] is not None:
+        out["proxy"] = {"sampling": {"temperature": config["temperature"]}}
+    return out
 
 
-def report(work: Path) -> dict:
-    """The results of a work folder's runs, read from their stores: what an interrupted benchmark got to."""
-    runs = work / "runs"
-    results: dict = {"work_dir": str(work), "rebuilt_from_stores": True, "arms": {}}
-    if (runs / "heldout-base" / "alight.db").is_file():
-        results["heldout_base"] = heldout_from_store(runs / "heldout-base")
-    trained = {p.name.split("-", 1)[1] for p in runs.glob("train-*")}
-    evaluated = {p.name.split("-", 1)[1] for p in runs.glob("heldout-*")} - {"base"}
-    arms = sorted(trained | evaluated)
-    for arm in arms:
-        train = runs / f"train-{arm}"
-        entry: dict = {}
-        if (train / "alight.db").is_file():
-            entry.update(rounds=round_stats(train), breaks=break_stats(train))
-        if (runs / f"heldout-{arm}" / "alight.db").is_file():
-            entry["heldout_after"] = heldout_from_store(runs / f"heldout-{arm}")
-            if "heldout_base" in results:
-                entry["heldout_change_pass_at_1"] = _delta(entry["heldout_after"], results["heldout_base"])
-        results["arms"][arm] = entry
-    return results
+def command(config: dict[str, Any], seed: int, run_dir: Path, heldout: Path) -> list[str]:
+    cmd = ["run", "--task-set", str(TRAIN), "--tasks", ",".join(config["train_tasks"]), "--harness", HARNESS,
+           "--model", config["model"], "--attempts", str(config["attempts"]), "--concurrency",
+           str(config["concurrency"]), "--rounds", str(config["rounds"]), "--seed", str(seed),
+           "--eval-task-set", str(heldout), "--eval-attempts", str(config["eval_attempts"]),
+           "--eval-every", str(config["eval_every"]), "--out", str(run_dir), "--json"]
+    if config["max_turns"]:
+        cmd += ["--max-turns", str(config["max_turns"])]
+    return cmd
 
 
-def round_stats(run_dir: Path) -> list[dict]:
-    """Per round, from the run's store: train reward, rollout seconds, and the training that followed it."""
+def heldout_file(config: dict[str, Any], work: Path) -> Path:
+    """examples/easy/heldout.jsonl, or (--heldout-tasks N) its first N lines beside a link to its hidden files."""
+    if config["heldout_tasks"] == task_ids(HELDOUT, None):
+        return HELDOUT
+    wanted = set(config["heldout_tasks"])
+    lines = [line for line in HELDOUT.read_text().splitlines() if line.strip() and json.loads(line)["id"] in wanted]
+    path = work / "heldout.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    hidden = work / "hidden"
+    if not hidden.exists():
+        hidden.symlink_to(HELDOUT.parent / "hidden")
+    return path
+
+
+def run_alight(args: list[str], work: Path, log: Path) -> dict[str, Any]:
+    """`alight ARGS` as a user runs it, in the work folder (its alight.yaml): the JSON summary (stderr in `log`).
+    ALIGHT_* settings of the calling shell are left out (they would override the file); ALIGHT_HOME (the model
+    and harness caches) is kept. The user settings file is not read either (XDG_CONFIG_HOME is the work folder)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
+    if os.environ.get("ALIGHT_HOME"):
+        env["ALIGHT_HOME"] = os.environ["ALIGHT_HOME"]
+    env.update(XDG_CONFIG_HOME=str(work / "user-config"), PYTHONPATH=str(ROOT))
+    with open(log, "a") as err:
+        out = subprocess.run([sys.executable, "-m", "agentlightning_cli", *args], env=env, cwd=work,
+                             stdout=subprocess.PIPE, stderr=err, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"alight {' '.join(args)} failed (exit {out.returncode}); see {log}. Run the same command "
+                         "again to resume the run where it stopped.")
+    return json.loads(out.stdout)
+
+
+def round_stats(run_dir: Path) -> list[dict[str, Any]]:
+    """Per training round, from the run's store: train reward, rollout seconds, and the training that followed it
+    (with the reward control as it applied it)."""
     from agentlightning_cli.store import Store
 
     store = Store.open(run_dir)
     try:
         run = store.list_runs()[0]
         out = []
-        rounds = store.list_rounds(run.id)
-        for position, rnd in enumerate(rounds):
+        for rnd in store.list_rounds(run.id):
             eps = [e for e in store.list_episodes(run_id=run.id, round_id=rnd.id) if e.status == "done"]
             rewards = [e.reward for e in eps if e.reward is not None]
-            starts = [e.started_at for e in eps if e.started_at]
-            ends = [e.ended_at for e in eps if e.ended_at]
-            entry = {"round": rnd.index, "episodes": len(eps),
-                     "train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
-                     "solved": sum(1 for r in rewards if r >= 1.0),
-                     "rollout_s": round(max(ends) - min(starts), 1) if starts and ends else None}
+            starts, ends = [e.started_at for e in eps if e.started_at], [e.ended_at for e in eps if e.ended_at]
+            entry: dict[str, Any] = {
+                "round": rnd.index, "episodes": len(eps), "solved": sum(1 for r in rewards if r >= 1.0),
+                "train_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
+                "rollout_s": round(max(ends) - min(starts), 1) if starts and ends else None}
             trained = store.get_train_round(run.id, rnd.index)
             if trained is not None:
-                steps = store.list_train_steps(run.id, rnd.index)
                 detail = trained.detail or {}
-                tps = [s.tokens_per_s for s in steps if s.tokens_per_s]
-                clip = [s.clip_fraction for s in steps if s.clip_fraction is not None]
-                entry.update({"training_s": round(trained.seconds, 1), "rows": trained.rows, "steps": trained.steps,
-                              "tokens_per_s": round(sum(tps) / len(tps), 1) if tps else None,
-                              "clip_fraction_mean": round(sum(clip) / len(clip), 4) if clip else None,
-                              "clip_fraction_max": round(max(clip), 4) if clip else None,
-                              "importance": detail.get("importance"), "dropped": trained.dropped})
-            if position + 1 < len(rounds) and ends:
-                # From the round's last episode to the next round's start: drain + training + adapter swap.
-                transition = rounds[position + 1].started_at - max(ends)
-                entry["transition_s"] = round(transition, 1)
-                if "training_s" in entry:
-                    entry["swap_s"] = round(transition - entry["training_s"], 1)
+                entry.update(training_s=round(trained.seconds, 1), rows=trained.rows, steps=trained.steps,
+                             reward_control=detail.get("reward_control"), dropped=trained.dropped)
             out.append(entry)
         return out
     finally:
         store.close()
 
 
-def break_stats(run_dir: Path, merge: str = "strict") -> dict:
-    """Why consecutive calls did not merge into one row, per 100 calls, by kind (`retokenised`, `template`,
-    `edited`, `other`), over every episode of the run: the trainer's own row builder on the recorded traffic."""
-    from transformers import AutoTokenizer
+# ---- the results file (pure: tests/test_bench_learn.py) ---------------------------------------------------------
 
-    from agentlightning_cli.run_snapshot import served_model
-    from agentlightning_cli.store import Store
-    from agentlightning_cli.train.round_step import collect_rows, row_context
+EVALUATION_KEYS = ("round", "trainings", "policy", "episodes", "unscored", "k", "pass_at_1", "pass_at_k",
+                   "mean_reward", "per_task")
 
-    store = Store.open(run_dir)
-    try:
-        run = store.list_runs()[0]
-        tokenizer = AutoTokenizer.from_pretrained(served_model(run.config), local_files_only=True)
-        episodes = [e.id for e in store.list_episodes(run_id=run.id)]
-        report = collect_rows(store, episodes, row_context(tokenizer, None), merge)
-        calls = sum(len(store.get_calls(e)) for e in episodes)
-    finally:
-        store.close()
-    return {"merge": merge, "episodes": len(episodes), "calls": calls, "rows": len(report.rows),
-            "breaks": dict(report.breaks),
-            "breaks_per_100_calls": {k: round(100 * v / calls, 1) for k, v in report.breaks.items()} if calls else {},
-            "dropped": dict(report.dropped)}
 
+def heldout_change(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Last evaluation - round 0's, per metric, with its 95% interval: a bootstrap over tasks, both evaluations
+    resampled together (the same tasks, drawn with the same seeds)."""
+    ordered = sorted(evaluations, key=lambda e: e["trainings"])
+    first, last = ordered[0], ordered[-1]
+    if first["trainings"] != 0 or last["trainings"] == 0:
+        raise ValueError(f"the held-out change needs round 0's evaluation and one after training; evaluated after "
+                         f"{[e['trainings'] for e in ordered]} trainings")
+    before = {t["task_id"]: t for t in first["per_task"]}
+    after = {t["task_id"]: t for t in last["per_task"]}
+    if set(before) != set(after):
+        raise ValueError(f"the evaluations hold other tasks: {sorted(set(before) ^ set(after))}")
+    tasks = list(before)
+    out: dict[str, Any] = {"from_trainings": 0, "to_trainings": last["trainings"], "tasks": len(tasks)}
+    for metric in METRICS:
+        ci = paired_interval([before[t][metric] for t in tasks], [after[t][metric] for t in tasks])
+        out[metric] = ci.to_json() if ci else None
+    return out
+
+
+def run_entry(summary: dict[str, Any], *, arm: str, seed: int, rounds: list[dict[str, Any]] | None = None,
+              seconds: float | None = None, command: list[str] | None = None,
+              settings: dict[str, Any] | None = None, note: str | None = None) -> dict[str, Any]:
+    """One run's record: its evaluations as `alight run --json` printed them, and the held-out change."""
+    evaluations = [{k: e.get(k) for k in EVALUATION_KEYS} for e in summary.get("evaluations") or []]
+    entry = {"arm": arm, "seed": seed, "reward_control": ARMS[arm],
+             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "seconds": round(seconds, 1) if seconds is not None else None,
+             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+             "command": command, "settings": settings, "evaluations": evaluations,
+             "heldout_change": heldout_change(evaluations), "rounds": rounds or []}
+    if note:
+        entry["note"] = note
+    return entry
+
+
+def merge(results: dict[str, Any] | None, entry: dict[str, Any], config: dict[str, Any],
+          replace: bool = False) -> dict[str, Any]:
+    """`results` with `entry` in runs[arm][seed] and the summary recomputed. Refused: a file of the earlier
+    benchmark, another configuration, or a run already stored (unless `replace`)."""
+    check_mergeable(results, config, entry["arm"], entry["seed"], replace)
+    results = results or {"benchmark": "learn", "config": config, "runs": {}}
+    results["runs"].setdefault(entry["arm"], {})[str(entry["seed"])] = entry
+    results["summary"] = summarize(results)
+    return results
+
+
+def check_mergeable(results: dict[str, Any] | None, config: dict[str, Any], arm: str, seed: int,
+                    replace: bool = False) -> None:
+    """Refuse (SystemExit, saying why and what to do) a run that `merge` would refuse: checked before a run
+    starts too, not only ~100 minutes later."""
+    if not results:
+        return
+    if "runs" not in results:
+        raise SystemExit("the results file holds the earlier benchmark (bench/results/learn-2026-11.json keeps a "
+                         "copy): remove it, or pass --out for another file")
+    if results["config"] != config:
+        changed = sorted(k for k in {*config, *results["config"]} if config.get(k) != results["config"].get(k))
+        raise SystemExit(f"the results file holds runs of another configuration ({', '.join(changed)} differ): "
+                         "pass the same options, or --out for another file")
+    if str(seed) in results["runs"].get(arm, {}) and not replace:
+        raise SystemExit(f"arm {arm} seed {seed} is already in the results file: pass --replace to run it again")
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """Per arm: each seed's held-out change and the mean over seeds; per seed in both arms: learn - shuffled on
+    the last evaluation (paired: the same tasks and draws); and the plain answers."""
+    arms: dict[str, Any] = {}
+    for arm, runs in results["runs"].items():
+        seeds = sorted(runs, key=int)
+        changes = {s: runs[s]["heldout_change"] for s in seeds}
+        arms[arm] = {"seeds": [int(s) for s in seeds], "change": changes,
+                     "mean_change": {m: _mean([c[m]["estimate"] for c in changes.values() if c.get(m)])
+                                     for m in METRICS}}
+    versus: dict[str, Any] = {}
+    learn, shuffled = results["runs"].get("learn", {}), results["runs"].get("shuffled", {})
+    for seed in sorted(set(learn) & set(shuffled), key=int):
+        a, b = _last(shuffled[seed]), _last(learn[seed])
+        tasks = [t["task_id"] for t in a["per_task"]]
+        mine = {t["task_id"]: t for t in b["per_task"]}
+        if set(tasks) == set(mine):
+            ci = paired_interval([t["pass_at_1"] for t in a["per_task"]], [mine[t]["pass_at_1"] for t in tasks])
+            versus[seed] = {"pass_at_1": ci.to_json() if ci else None}
+    return {"arms": arms, "learn_minus_shuffled": versus, "verdict": verdict(arms, versus)}
+
+
+def verdict(arms: dict[str, Any], versus: dict[str, Any]) -> dict[str, Any]:
+    """Whether the learn arm's held-out pass@1 gain holds on every seed (its interval above 0) and exceeds the
+    shuffled arm's (the mean change over seeds, and learn - shuffled per paired seed), in words too."""
+    out: dict[str, Any] = {}
+    lines = []
+    learn = arms.get("learn")
+    if learn:
+        changes = {s: c["pass_at_1"] for s, c in learn["change"].items() if c.get("pass_at_1")}
+        above = [s for s, c in changes.items() if c["low"] > 0]
+        positive = [s for s, c in changes.items() if c["estimate"] > 0]
+        out.update(learn_seeds=len(changes), gain_on_every_seed=bool(changes) and len(above) == len(changes),
+                   positive_on_every_seed=bool(changes) and len(positive) == len(changes))
+        lines.append(f"learn arm, {len(changes)} seed(s): held-out pass@1 change above 0 with its 95% interval on "
+                     f"{len(above)}, estimate above 0 on {len(positive)}; mean change "
+                     f"{_num(learn['mean_change']['pass_at_1'])}. The gain "
+                     f"{'holds' if out['gain_on_every_seed'] else 'does not hold'} on every seed.")
+    control = arms.get("shuffled")
+    if learn and control:
+        a, b = learn["mean_change"]["pass_at_1"], control["mean_change"]["pass_at_1"]
+        out["exceeds_shuffled"] = a is not None and b is not None and a > b
+        out["exceeds_shuffled_on_every_paired_seed"] = bool(versus) and all(
+            v["pass_at_1"] and v["pass_at_1"]["low"] > 0 for v in versus.values())
+        lines.append(f"shuffled-reward arm, {len(control['seeds'])} seed(s): mean change {_num(b)}. The learn arm's "
+                     f"mean change {'exceeds' if out['exceeds_shuffled'] else 'does not exceed'} it; learn - "
+                     f"shuffled on the last evaluation has its interval above 0 on "
+                     f"{sum(1 for v in versus.values() if v['pass_at_1'] and v['pass_at_1']['low'] > 0)} of "
+                     f"{len(versus)} paired seed(s).")
+    elif learn:
+        lines.append("no shuffled-reward run yet: nothing says whether the gain exceeds training without a reward.")
+    out["text"] = lines
+    return out
+
+
+def _last(entry: dict[str, Any]) -> dict[str, Any]:
+    return max(entry["evaluations"], key=lambda e: e["trainings"])
+
+
+def _first(entry: dict[str, Any]) -> dict[str, Any]:
+    return min(entry["evaluations"], key=lambda e: e["trainings"])
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def _ci(ci: dict[str, float] | None, signed: bool = False) -> str:
+    if not ci:
+        return "-"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(ci['estimate'])} [{f.format(ci['low'])}, {f.format(ci['high'])}]"
+
+
+def render(results: dict[str, Any]) -> list[str]:
+    """The table and the answers, as lines."""
+    cfg = results["config"]
+    lines = [f"{cfg['model']} / {cfg['harness']}: {len(cfg['train_tasks'])} train tasks x {cfg['attempts']}, "
+             f"{cfg['rounds']} rounds ({cfg['trainings']} trainings, lr {cfg['learning_rate']}); held-out "
+             f"{len(cfg['heldout_tasks'])} tasks x {cfg['eval_attempts']} at round 0 and after the last training; "
+             "95% intervals clustered by task",
+             f"{'arm':9} {'seed':>4}  {'pass@1 round 0':>22}  {'pass@1 last':>22}  {'change':>25}  "
+             f"{'mean reward change':>25}  train reward per round"]
+    for arm, runs in results["runs"].items():
+        for seed in sorted(runs, key=int):
+            e = runs[seed]
+            change = e["heldout_change"]
+            rewards = " ".join(_num(r["train_reward"]).lstrip("+") for r in e.get("rounds", []))
+            lines.append(f"{arm:9} {seed:>4}  {_ci(_first(e)['pass_at_1']):>22}  {_ci(_last(e)['pass_at_1']):>22}  "
+                         f"{_ci(change['pass_at_1'], True):>25}  {_ci(change['mean_reward'], True):>25}  {rewards}")
+    summary = results.get("summary") or summarize(results)
+    for seed, v in summary["learn_minus_shuffled"].items():
+        lines.append(f"seed {seed}: learn - shuffled, pass@1 after the last training: {_ci(v['pass_at_1'], True)}")
+    return lines + summary["verdict"]["text"]
+
+
+# ---- the command ------------------------------------------------------------------------------------------------
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--attempts", type=int, default=8, help="attempts per train task (the GRPO group size)")
-    ap.add_argument("--eval-attempts", type=int, default=8, help="attempts per held-out task")
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=5e-4, help="train.learning_rate of the learn arm")
-    ap.add_argument("--epochs", type=int, default=2, help="train.epochs")
-    ap.add_argument("--batch-size", type=int, default=8, help="train.batch_size")
-    ap.add_argument("--grad-accum", type=int, default=1, help="train.grad_accum")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--temperature", type=float, default=None,
-                    help="the policy's sampling temperature for every run of both arms and the held-out evaluations "
-                         "(proxy.sampling.temperature; default: the recipe's 0.7)")
-    ap.add_argument("--max-turns", type=int, default=1,
-                    help="the harness's turn limit for every run (`alight run --max-turns`): 1, one command per "
-                         "episode, scored as it left the workspace; 0, the recipe's own limit (3)")
-    ap.add_argument("--tasks", type=int, default=8, help="the first N train tasks (0: all 16)")
-    ap.add_argument("--heldout-tasks", type=int, default=None, help="only the first N held-out tasks")
-    ap.add_argument("--arms", default="learn,control")
-    ap.add_argument("--control-rounds", type=int, default=0,
-                    help="rounds of the control arm. Its learning rate is 0, so its adapter never changes: 0 (the "
-                         "default) runs only its held-out evaluation, a second draw of the base model; N runs its "
-                         "rounds too, to show the train reward's drift per round")
+    ap.add_argument("--seed", type=int, help="the run's --seed and train.seed (one seed of one arm per invocation)")
+    ap.add_argument("--arm", choices=sorted(ARMS), default="learn")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--attempts", type=int, help="attempts per train task (the GRPO group size)")
+    ap.add_argument("--eval-attempts", type=int, help="attempts per held-out task")
+    ap.add_argument("--concurrency", type=int)
+    ap.add_argument("--lr", type=float, help="train.learning_rate (both arms)")
+    ap.add_argument("--epochs", type=int, help="train.epochs")
+    ap.add_argument("--batch-size", type=int, help="train.batch_size")
+    ap.add_argument("--grad-accum", type=int, help="train.grad_accum")
+    ap.add_argument("--max-turns", type=int, help="the harness's turn limit: 1, one command per episode; 0, the "
+                                                  "recipe's own")
+    ap.add_argument("--temperature", type=float, help="proxy.sampling.temperature (default: the recipe's)")
+    ap.add_argument("--tasks", type=int, help="the first N train tasks (0: all 16)")
+    ap.add_argument("--heldout-tasks", type=int, help="only the first N held-out tasks")
+    ap.add_argument("--smoke", action="store_true", help="the tiny model on 2 train and 2 held-out tasks, 2 rounds: "
+                                                         "exercises the driver, measures nothing")
+    ap.add_argument("--work", type=Path, help="the run's folder (default: alight-learn/<arm>-seed<S> in the system's "
+                                              "temporary folder; the same command resumes a stopped run)")
+    ap.add_argument("--replace", action="store_true", help="run an arm and seed already in the results again")
+    ap.add_argument("--note", help="free text stored with this run")
+    ap.add_argument("--summary", action="store_true", help="print the stored runs' summary and stop")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--report", type=Path, default=None, metavar="WORK_DIR",
-                    help="rebuild the results from an earlier (possibly interrupted) run's work folder and stop")
     args = ap.parse_args()
-    if args.report is not None:
-        results = report(args.report)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-        render(results)
+    if args.summary:
+        print("\n".join(render(json.loads(args.out.read_text()))))
         return
-
-    work = Path(tempfile.mkdtemp(prefix="alight-learn-"))
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ALIGHT_")}
-    base_env.update({"ALIGHT_RUNS_DIR": str(work / "runs"), "PYTHONPATH": str(ROOT)})
-    if os.environ.get("ALIGHT_HOME"):
-        base_env["ALIGHT_HOME"] = os.environ["ALIGHT_HOME"]
-    if args.temperature is not None:
-        base_env["ALIGHT_PROXY__SAMPLING__TEMPERATURE"] = str(args.temperature)
-    common = ["--harness", HARNESS, "--model", "smollm2", "--seed", str(args.seed), "--concurrency",
-              str(args.concurrency)]
-    if args.max_turns:
-        common += ["--max-turns", str(args.max_turns)]
-    train_ids = ",".join(task_ids(TRAIN, args.tasks))
-    heldout_ids = ",".join(task_ids(HELDOUT, args.heldout_tasks))
-    results: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                 "load_at_start": os.getloadavg()[0]},
-                     "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                                "harness": HARNESS, "model": "smollm2", "train_tasks": train_ids.split(","),
-                                "heldout_tasks": heldout_ids.split(",")},
-                     "arms": {}}
-    started = time.perf_counter()
-    print(f"[learn] held-out with the base model ({args.eval_attempts} attempts per task)", file=sys.stderr)
-    base = alight(["run", "--task-set", str(HELDOUT), "--tasks", heldout_ids, "--attempts", str(args.eval_attempts),
-                   "--name", "heldout-base", *common], base_env, work / "heldout-base.log")
-    results["heldout_base"] = held_out(base)
-    for arm in args.arms.split(","):
-        env = dict(base_env, ALIGHT_TRAIN__LEARNING_RATE=str(args.lr if arm == "learn" else 0.0))
-        for name in ("epochs", "batch_size", "grad_accum"):
-            if getattr(args, name) is not None:
-                env[f"ALIGHT_TRAIN__{name.upper()}"] = str(getattr(args, name))
-        rounds_here = args.rounds if arm == "learn" else args.control_rounds
-        entry: dict = {}
-        eval_env = dict(base_env)
-        if rounds_here > 0:
-            print(f"[learn] arm {arm}: {rounds_here} rounds on {len(train_ids.split(','))} tasks", file=sys.stderr)
-            train = alight(["run", "--task-set", str(TRAIN), "--tasks", train_ids, "--attempts", str(args.attempts),
-                            "--rounds", str(rounds_here), "--name", f"train-{arm}", *common], env,
-                           work / f"train-{arm}.log")
-            run_dir = work / "runs" / f"train-{arm}"
-            # The adapter the last round was served with (a round with nothing to train keeps the one before).
-            last = max((d for d in (run_dir / "adapters").glob("round-*") if (d / "adapter_config.json").is_file()),
-                       key=lambda d: int(d.name.split("-")[1]))
-            eval_env["ALIGHT_SERVE__ADAPTER"] = str(last)
-            entry.update(train_seconds=round(train["_seconds"], 1), rounds=round_stats(run_dir),
-                         breaks=break_stats(run_dir))
-            print(f"[learn] arm {arm}: held-out with {last.name}", file=sys.stderr)
-        else:  # learning rate 0 leaves the zero adapter as it is: the held-out after is a second draw of the base
-            print(f"[learn] arm {arm}: held-out again with the zero adapter (no rounds)", file=sys.stderr)
-        after = alight(["run", "--task-set", str(HELDOUT), "--tasks", heldout_ids, "--attempts",
-                        str(args.eval_attempts), "--name", f"heldout-{arm}", *common], eval_env,
-                       work / f"heldout-{arm}.log")
-        entry.update(heldout_after=held_out(after),
-                     heldout_change_pass_at_1=_delta(held_out(after), results["heldout_base"]))
-        results["arms"][arm] = entry
-    results["seconds"] = round(time.perf_counter() - started, 1)
-    results["work_dir"] = str(work)
+    if args.seed is None:
+        ap.error("--seed is required (one seed of one arm per invocation)")
+    opts = {**DEFAULTS, **(SMOKE if args.smoke else {})}
+    opts.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
+    config = configuration(opts)
+    work = args.work or Path(tempfile.gettempdir()) / "alight-learn" / f"{args.arm}-seed{args.seed}"
+    work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    render(results)
-
-
-def _delta(after: dict, before: dict) -> float | None:
-    if after["pass_at_1"] is None or before["pass_at_1"] is None:
-        return None
-    return round(after["pass_at_1"] - before["pass_at_1"], 4)
-
-
-def render(results: dict) -> None:
-    base = results.get("heldout_base")
-    if base:
-        print(f"held-out, base model: pass@1 {base['pass_at_1']}  mean reward {base['mean_reward']}")
-    print(f"{'arm':8} {'round':>5} {'train reward':>12} {'solved':>6} {'rollout s':>9} {'train s':>8} "
-          f"{'swap s':>6} {'tok/s':>7} {'clip':>6} {'rho mean':>8}")
-    for arm, data in results["arms"].items():
-        for r in data.get("rounds", []):
-            rho = (r.get("importance") or {}).get("mean")
-            print(f"{arm:8} {r['round']:>5} {_f(r['train_reward']):>12} {r['solved']:>6} {_f(r['rollout_s']):>9} "
-                  f"{_f(r.get('training_s')):>8} {_f(r.get('swap_s')):>6} {_f(r.get('tokens_per_s')):>7} "
-                  f"{_f(r.get('clip_fraction_mean')):>6} {_f(rho):>8}")
-        b = data.get("breaks")
-        if b:
-            print(f"{arm:8} prefix breaks per 100 calls ({b['calls']} calls, {b['rows']} rows): "
-                  f"{b['breaks_per_100_calls'] or 'none'}")
-        after = data.get("heldout_after")
-        if after:
-            print(f"{arm:8} held-out after: pass@1 {after['pass_at_1']} (change "
-                  f"{data.get('heldout_change_pass_at_1')}), mean reward {after['mean_reward']}")
-            if base and "per_task" in after and "per_task" in base:
-                print(f"{arm:8} held-out solved per task, base -> after: " + ", ".join(
-                    f"{task} {base['per_task'].get(task, {}).get('solved', '-')}->{t['solved']}/{t['attempts']}"
-                    for task, t in after["per_task"].items()))
-    if "seconds" in results:
-        print(f"total {results['seconds']} s")
-
-
-def _f(value) -> str:
-    return "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+    # The lock beside the work folders, not in bench/results: one per results file.
+    key = hashlib.blake2b(str(args.out.resolve()).encode(), digest_size=6).hexdigest()
+    (Path(tempfile.gettempdir()) / "alight-learn").mkdir(exist_ok=True)
+    with open(Path(tempfile.gettempdir()) / "alight-learn" / f"results-{key}.lock", "w") as lock:
+        try:  # one run at a time: two on 2 cores would time each other, and both write the file
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another bench/learn.py run holds {lock.name}: wait for it") from None
+        existing = json.loads(args.out.read_text()) if args.out.is_file() else None
+        check_mergeable(existing, config, args.arm, args.seed, args.replace)  # before ~100 minutes, not after
+        settings = settings_file(config, args.arm, args.seed)
+        (work / "alight.yaml").write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
+        cmd = command(config, args.seed, work / "run", heldout_file(config, work))
+        print(f"[learn] arm {args.arm} seed {args.seed} in {work}: alight {' '.join(cmd)}", file=sys.stderr)
+        started = time.perf_counter()
+        summary = run_alight(cmd, work, work / "alight.log")
+        entry = run_entry(summary, arm=args.arm, seed=args.seed, rounds=round_stats(work / "run"),
+                          seconds=time.perf_counter() - started, command=["alight", *cmd], settings=settings,
+                          note=args.note)
+        results = merge(existing, entry, config, replace=args.replace)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        tmp.replace(args.out)
+    print("\n".join(render(results)))
 
 
 if __name__ == "__main__":

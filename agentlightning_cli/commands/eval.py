@@ -23,11 +23,11 @@ from typing import Any
 from agentlightning_cli.commands.run_checks import RunOptions
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.rollout import intervals
-from agentlightning_cli.rollout.summary import SOLVED, pass_at_k
+from agentlightning_cli.rollout.heldout import METRICS, per_task
+from agentlightning_cli.rollout.summary import SOLVED
 
 BASE = "base"
 """`--adapter base`: the base model, served through the zero adapter (a folder named base: `./base`)."""
-METRICS = ("pass_at_1", "pass_at_k", "mean_reward")
 
 
 @dataclass
@@ -99,6 +99,7 @@ def evaluate(opts: RunOptions, adapters: list[str], resamples: int = intervals.R
               file=sys.stderr, flush=True)
         arm_settings = load_settings(flags={"sandbox": opts.sandbox})
         arm_settings.serve.adapter = adapter
+        arm_settings.eval.task_set = None  # eval.* (a held-out set inside `alight run --rounds`) is not this command's
         arm_opts = dataclasses.replace(opts, out=folder / label, name=None, seed=seed, paired_seeds=True, rounds=1,
                                        adapter=adapter)
         summary = run(arm_settings, arm_opts)
@@ -123,17 +124,10 @@ def read_arm(label: str, adapter: Path | None, run_dir: Path, k: int) -> Arm:
         episodes = final_episodes(store, row.id, rnd.id)
     finally:
         store.close()
-    by_task: dict[str, list[Any]] = {}
-    for ep in sorted(episodes, key=lambda e: (e.task_id, e.attempt)):
-        by_task.setdefault(ep.task_id, []).append(ep)
+    for ep in episodes:
         arm.outcomes[(ep.task_id, ep.attempt)] = ep.reward is not None and ep.reward >= SOLVED
         arm.unscored += ep.reward is None
-    for task_id, eps in by_task.items():
-        rewards = [0.0 if e.reward is None else float(e.reward) for e in eps]
-        solved = sum(1 for r in rewards if r >= SOLVED)
-        arm.per_task[task_id] = {"task_id": task_id, "attempts": len(eps), "solved": solved,
-                                 "pass_at_1": pass_at_k(len(eps), solved, 1), "pass_at_k": pass_at_k(len(eps), solved, k),
-                                 "mean_reward": sum(rewards) / len(rewards)}
+    arm.per_task = per_task(episodes, k)  # the same per-task shape as the held-out curve of `alight run`
     return arm
 
 

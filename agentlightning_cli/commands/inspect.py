@@ -173,9 +173,12 @@ def stats(run: str | None, runs_dir: Path, plot: Path | None = None) -> dict[str
     from agentlightning_cli.inspect.stats import run_stats
 
     with _open(run, runs_dir) as src:
+        from agentlightning_cli.rollout.heldout import evaluations
+
         rounds = src.store.list_rounds(src.run.id) if src.run else []
         steps = src.store.list_train_steps(src.run.id) if src.run else []
-        data = run_stats(src.name, rounds, src.store.episode_summaries(), steps)
+        held = evaluations(src.store, src.run.id) if src.run else []  # --eval-task-set: the held-out curve
+        data = run_stats(src.name, rounds, src.store.episode_summaries(), steps, held)
     if plot is not None:
         from agentlightning_cli.inspect.plot import write_plot
 

@@ -56,12 +56,16 @@ def default_name(opts: RunOptions, recipe_name: str) -> str:
 def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     check_numbers(opts)
     check_training_settings(settings, opts)
+    from agentlightning_cli.train.trackers import check_installed, requested
+
+    check_installed(requested(settings.train.report_to))  # a tracker missing: said before anything starts
     if opts.adapter is not None:  # --adapter: the serve.adapter setting, for this run
         opts.adapter = settings.serve.adapter = Path(opts.adapter).expanduser().resolve()
     if settings.serve.adapter is not None and opts.upstream is not None and opts.rounds > 1:
         raise AlightError("--adapter with --upstream serves the adapter in a run of one round only",
                           "train from it with servers alight starts (--model DIR --adapter DIR --rounds N)")
     tasks = load_task_subset(opts)
+    _held_out(settings, opts, tasks)  # refused here, before anything starts, if it shares tasks with the train set
     recipe, installed = recipe_and_install(settings, opts.harness)
     from agentlightning_cli.sandbox.choice import resolve
 
@@ -115,7 +119,7 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         print(f"alight run: WARNING: {OVERRIDE_FLAG}: the agent can read {line}", file=sys.stderr, flush=True)
     probe = None
     if opts.upstream is not None:
-        from agentlightning_cli.commands.run_upstream import probe_upstreams
+        from agentlightning_cli.commands.run_upstream import probe_upstreams, upstream_continuation
         from agentlightning_cli.serve.remote_policy import unkeyed_servers
 
         unkeyed = unkeyed_servers(opts.upstream, settings.serve.api_key, trains=opts.rounds > 1)
@@ -127,6 +131,8 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
         if probe.warning:
             print(f"alight run: WARNING: {probe.warning}", file=sys.stderr, flush=True)
         settings.proxy.sampling.token_ids = probe.token_ids
+        settings.proxy.continuation = upstream_continuation(opts.upstream, probe, settings.proxy.continuation,
+                                                            getattr(settings.serve, "api_key", None), "alight run")
         if probe.max_model_len:  # the servers' context: the longest row a round trains on
             settings.serve.max_model_len = probe.max_model_len
         if settings.serve.adapter is not None:  # the servers' model is the base it must have been trained on
@@ -162,6 +168,17 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     return summary
 
 
+def _held_out(settings: Settings, opts: RunOptions, tasks: list[Task]) -> Any:
+    """--eval-task-set checked before anything starts (a task also in the train set is refused, naming it); the
+    options then hold the resolved eval settings, so the run's snapshot records them and a resume compares them."""
+    from agentlightning_cli.rollout.evaluation import held_out
+
+    held = held_out(settings, opts, tasks)
+    if held is not None:
+        opts.eval_task_set, opts.eval_attempts, opts.eval_every = held.task_set, held.attempts, held.every
+    return held
+
+
 def _open(settings: Settings, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,
           model: Path | None = None) -> tuple[Store, Run]:
     from agentlightning_cli.run_snapshot import snapshot_settings
@@ -183,6 +200,11 @@ def _open(settings: Settings, name: str, run_dir: Path, opts: RunOptions, recipe
         store.close()
         raise AlightError(f"run {name} was started with --adapter {before.get('adapter')}, not {opts.adapter}",
                           "use the same --adapter to resume it, or another --name (or --out)")
+    for key, flag in (("eval_task_set", "--eval-task-set"), ("eval_attempts", "--eval-attempts")):
+        if before.get(key) is not None and before.get(key) != snapshot["options"].get(key):
+            store.close()  # another held-out set (or k) would make the evaluations of one run incomparable
+            raise AlightError(f"run {name} was started with {flag} {before.get(key)}, not {getattr(opts, key)}",
+                              f"use the same {flag} to resume it, or another --name (or --out)")
     if before.get("attempts") not in (None, opts.attempts):
         store.close()
         raise AlightError(f"run {name} was started with --attempts {before.get('attempts')}, not {opts.attempts}",
@@ -245,10 +267,16 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
 def _already_complete(store: Store, run_row: Run, tasks: list[Task], opts: RunOptions) -> RoundSummary | None:
     from agentlightning_cli.rollout.plan import plan_round
 
+    from agentlightning_cli.rollout.evaluation import EVAL
+
     last = opts.rounds - 1
     rnd = next((r for r in store.list_rounds(run_row.id) if r.index == last), None)
     if rnd is None or plan_round(run_row.id, last, tasks, opts.attempts, store.list_episodes(round_id=rnd.id)).todo:
         return None
+    if opts.eval_task_set is not None:  # the evaluation before the last round's episodes ran before them
+        done = next((r for r in store.list_rounds(run_row.id, kind=EVAL) if r.index == last), None)
+        if done is None or done.status != "done":
+            return None
     print(f"alight run: every episode of run {run_row.name} has ended already", file=sys.stderr, flush=True)
     summary = _summary(store, run_row.id, rnd.id, opts, None, [t.id for t in tasks])
     summary.round = last
@@ -267,8 +295,13 @@ def _summary(store: Store, run_id: str, round_id: str, opts: RunOptions, probe: 
     if not trainable:
         notes.append(f"this run cannot be trained on: the upstream {', '.join(opts.upstream)} rejects token ids and logprobs, "
                      "so its calls were recorded without them")
-    return summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable, notes=notes,
-                     order=task_ids)
+    summary = summarize(store.get_run(run_id).name, 0, opts.attempts, eps, calls=calls, trainable=trainable,
+                        notes=notes, order=task_ids)
+    if opts.eval_task_set is not None:  # the held-out curve, next to this round's train reward
+        from agentlightning_cli.rollout.heldout import evaluations
+
+        summary.evaluations = evaluations(store, run_id, k=opts.eval_attempts)
+    return summary
 
 
 async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_context: Callable[..., RunContext],
@@ -366,7 +399,11 @@ def run_and_report(opts: RunOptions, as_json: bool) -> None:
 
     from agentlightning_cli.config import load_settings
 
-    summary = run(load_settings(flags={"sandbox": opts.sandbox, "serve": {"adapter": opts.adapter}}), opts)
+    from agentlightning_cli.train.trackers import requested
+
+    report_to = (requested(opts.report_to) or ["none"]) if opts.report_to else None  # --report-to: train.report_to
+    summary = run(load_settings(flags={"sandbox": opts.sandbox, "serve": {"adapter": opts.adapter},
+                                       "train": {"report_to": report_to}}), opts)
     if as_json:
         print(json.dumps(summary.to_json(), indent=2))
         return

@@ -54,6 +54,14 @@ class RunOptions:
     paired_seeds: bool = False
     """alight eval: the sampling seed of each call depends on its (task, attempt), not its episode id, so each
     adapter evaluated draws alike (proxy/control.slot_draw)."""
+    eval_task_set: Path | None = None
+    """--eval-task-set: held-out tasks evaluated inside the run (the eval.task_set setting; rollout/evaluation.py)."""
+    eval_attempts: int | None = None
+    """--eval-attempts (eval.attempts)."""
+    eval_every: int | None = None
+    """--eval-every (eval.every)."""
+    report_to: list[str] | None = None
+    """--report-to: experiment trackers (the train.report_to setting for this run; train/trackers.py)."""
 
     def snapshot(self) -> dict[str, Any]:
         return json.loads(json.dumps({k: v for k, v in self.__dict__.items()}, default=str))

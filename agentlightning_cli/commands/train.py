@@ -64,7 +64,9 @@ def train(settings: Settings, run: str | None = None, round_index: int | None = 
           log: Callable[[str], None] = print_to_stderr) -> TrainReport:
     from agentlightning_cli.inspect.source import resolve_run_dir
     from agentlightning_cli.store import Store
+    from agentlightning_cli.train.trackers import check_installed, requested
 
+    check_installed(requested(settings.train.report_to))  # a tracker missing: said before anything loads
     run_dir = resolve_run_dir(run, Path(settings.runs_dir))
     with Store.open(run_dir) as store:
         run_row = _pick_run(store, run)
@@ -83,8 +85,14 @@ def train(settings: Settings, run: str | None = None, round_index: int | None = 
         # policy. Absolute: the path is stored in the run and handed to vLLM, which runs in another directory.
         default = run_dir / "adapters" / f"round-{round_index + 1}"
         out_dir = (Path(out) if out is not None else default).resolve()
-        report = train_round(store, run_row.id, round_index, base_model=base, settings=settings, out_dir=out_dir,
-                             log=log, row_limit=limit)
+        from agentlightning_cli.train.round_metrics import training_metrics
+        from agentlightning_cli.train.trackers import Tracker, step_of
+
+        with Tracker.open(settings.train.report_to, run_dir, run_row.name) as tracker:  # the run's, resumed
+            report = train_round(store, run_row.id, round_index, base_model=base, settings=settings,
+                                 out_dir=out_dir, log=log, row_limit=limit, tracker=tracker)
+            tracker.log_round(step_of(store, run_row.id, round_index + 1),
+                              training_metrics(store, run_row.id, round_index))
     if merge_to is not None:
         merge_adapter(base, out_dir, Path(merge_to))
     return report

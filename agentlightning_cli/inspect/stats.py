@@ -13,6 +13,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
+from agentlightning_cli.rollout.intervals import task_interval
 from agentlightning_cli.store import EpisodeSummary, Round, TrainStep
 
 SOLVED = 1.0
@@ -44,10 +45,14 @@ def round_stats(index: int | None, rnd: Round | None, episodes: list[EpisodeSumm
         tasks[task] = {"attempts": len(group), "solved": solved, "reward_mean": _mean(task_rewards),
                        "pass_at_1": pass_at_k(len(group), solved, 1), "pass_at_k": pass_at_k(len(group), solved, k)}
     losses = [st.loss for st in steps if st.loss is not None]
+    # The mean reward's 95% interval, tasks resampled (rollout/intervals.py): it stays inside the range of the
+    # per-task means, so inside [0, 1] for such rewards (a ± std bar does not).
+    ci = task_interval([t["reward_mean"] for t in tasks.values() if t["reward_mean"] is not None])
     return {
         "object": "round_stats", "round": index, "policy": rnd.policy if rnd else None,
         "status": rnd.status if rnd else None, "episodes": len(episodes), "rewarded": len(rewards),
         "reward_mean": _mean(rewards), "reward_std": round(statistics.pstdev(rewards), 4) if rewards else None,
+        "reward_ci": ci.to_json() if ci else None,
         "k": k, "pass_at_1": _mean([t["pass_at_1"] for t in tasks.values() if t["pass_at_1"] is not None]),
         "pass_at_k": _mean([t["pass_at_k"] for t in tasks.values() if t["pass_at_k"] is not None]),
         "statuses": dict(Counter(s.episode.status for s in episodes)),
@@ -61,11 +66,15 @@ def round_stats(index: int | None, rnd: Round | None, episodes: list[EpisodeSumm
 
 
 def run_stats(run_name: str, rounds: list[Round], episodes: list[EpisodeSummary],
-              steps: list[TrainStep]) -> dict[str, Any]:
-    """`stats --json`: one round_stats per round (episodes outside any round under `round: null`) and every
-    training step, ordered by round then step."""
+              steps: list[TrainStep], evaluations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`stats --json`: one round_stats per training round (episodes outside any round under `round: null`), every
+    training step, ordered by round then step, and the held-out `evaluations` (rollout/heldout.py; [] if none).
+    `rounds`: the training rounds; an episode of any other round (an evaluation) is not a training round's."""
     by_round: dict[int | None, list[EpisodeSummary]] = defaultdict(list)
+    train_ids = {r.id for r in rounds}
     for s in episodes:
+        if s.episode.round_id is not None and s.episode.round_id not in train_ids:
+            continue  # held-out: never in a training round's reward
         by_round[s.round_index].append(s)
     known = {r.index: r for r in rounds}
     indexes = sorted(set(known) | {i for i in by_round if i is not None})
@@ -75,7 +84,7 @@ def run_stats(run_name: str, rounds: list[Round], episodes: list[EpisodeSummary]
     out = [round_stats(i, known.get(i), by_round.get(i, []), steps_by_round.get(i, [])) for i in indexes]
     if by_round.get(None):
         out.append(round_stats(None, None, by_round[None], []))
-    return {"object": "stats", "run": run_name, "rounds": out,
+    return {"object": "stats", "run": run_name, "rounds": out, "evaluations": list(evaluations or []),
             "train_steps": [{"round": st.round_idx, "step": st.step, "loss": st.loss, "reward_mean": st.reward_mean,
                              "reward_std": st.reward_std, "grad_norm": st.grad_norm, "clip_fraction": st.clip_fraction,
                              "tokens_per_s": st.tokens_per_s, "rows": st.rows, "merged_calls": st.merged_calls}

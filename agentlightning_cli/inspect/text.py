@@ -183,4 +183,17 @@ def stats_text(stats: dict[str, Any]) -> str:
     losses = [s["loss"] for s in stats["train_steps"]]
     if losses:
         out += f"loss per step     {sparkline(losses[-60:])}  ({len(losses)} steps; last {cell(losses[-1])})\n"
+    evals = stats.get("evaluations") or []
+    if evals:
+        out += "\nheld-out evaluation (never trained on; 95% intervals clustered by task)\n"
+        rows = [[str(e["trainings"]), e["policy"], str(e["episodes"]),
+                 *[_interval(e[m]) for m in ("pass_at_1", "pass_at_k", "mean_reward")], cell(e.get("train_reward"))]
+                for e in evals]
+        out += table(["after trainings", "policy", "episodes", "pass@1", f"pass@{evals[0]['k']}", "mean reward",
+                      "train reward"], rows)
+        out += f"\nheld-out pass@1   {sparkline([(e['pass_at_1'] or {}).get('estimate') for e in evals], 0.0, 1.0)}\n"
     return out
+
+
+def _interval(ci: dict[str, float] | None) -> str:
+    return "-" if ci is None else f"{ci['estimate']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"

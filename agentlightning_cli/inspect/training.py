@@ -54,6 +54,11 @@ def episode_training(store: Store, summary: EpisodeSummary, rows: Rows | None = 
     if ep.run_id is None or ep.round_id is None:
         out.update(reason="no_round", why="not in a run's round: the trainer trains one round of a run at a time")
         return out
+    held = store.get_round(ep.round_id)
+    if held is not None and held.kind == "eval":
+        out.update(reason="evaluation", why=f"a held-out evaluation episode (evaluation {held.index}, --eval-task-set):"
+                                            " never trained on")
+        return out
     run = store.get_run(ep.run_id)
     settings = run_training_settings(run.config if run else None)
     out["settings"], out["scale"] = settings, settings["scale_rewards"]

@@ -19,8 +19,9 @@ ABANDONED = "abandoned"
 """A previous run stopped while this episode was pending or running; its slot was redone."""
 
 
-def episode_id(run_id: str, round_index: int, task_id: str, attempt: int, retry: int = 0) -> str:
-    """`ep-<16 hex>` (+ `.<retry>`): only characters the proxy's URL route accepts, whatever the task id."""
+def episode_id(run_id: str, round_index: int | str, task_id: str, attempt: int, retry: int = 0) -> str:
+    """`ep-<16 hex>` (+ `.<retry>`): only characters the proxy's URL route accepts, whatever the task id.
+    `round_index`: a training round's index, or `eval-<n>` for an evaluation round (rollout/evaluation.py)."""
     digest = hashlib.blake2b(f"{run_id}\0{round_index}\0{task_id}\0{attempt}".encode(), digest_size=8).hexdigest()
     return f"ep-{digest}" + (f".{retry}" if retry else "")
 
@@ -43,7 +44,7 @@ class Plan:
     """Episode ids an earlier run left pending/running: to be marked abandoned before the round starts."""
 
 
-def plan_round(run_id: str, round_index: int, tasks: Iterable[Any], attempts: int, existing: Iterable[Any]) -> Plan:
+def plan_round(run_id: str, round_index: int | str, tasks: Iterable[Any], attempts: int, existing: Iterable[Any]) -> Plan:
     """Slots for tasks x attempts, given the episodes this round already has in the store."""
     by_slot: dict[tuple[str, int], list[Any]] = {}
     for ep in existing:

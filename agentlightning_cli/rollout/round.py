@@ -19,7 +19,7 @@ from agentlightning_cli.rollout.scheduler import run_slots
 INTERRUPTED = "interrupted"
 
 
-def resume_plan(ctx: RoundContext, round_index: int, tasks: list[Any], attempts: int):
+def resume_plan(ctx: RoundContext, round_index: int | str, tasks: list[Any], attempts: int):
     """The plan for this round; episodes an earlier run left unfinished are marked abandoned and cleaned."""
     existing = ctx.store.list_episodes(run_id=ctx.run_id, round_id=ctx.round_id)
     plan = plan_round(ctx.run_id, round_index, tasks, attempts, existing)
@@ -30,7 +30,7 @@ def resume_plan(ctx: RoundContext, round_index: int, tasks: list[Any], attempts:
     return plan
 
 
-async def run_round(ctx: RoundContext, round_index: int, tasks: list[Any], attempts: int, concurrency: int,
+async def run_round(ctx: RoundContext, round_index: int | str, tasks: list[Any], attempts: int, concurrency: int,
                     progress: Progress | None = None) -> list[Ended]:
     plan = await asyncio.to_thread(resume_plan, ctx, round_index, tasks, attempts)
     progress = progress or Progress(len(tasks) * attempts)

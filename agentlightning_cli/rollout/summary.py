@@ -54,6 +54,9 @@ class RoundSummary:
     history: dict[str, int] | None = None
     """Workspaces whose repository held history past the task's base commit, left out (tasks/history.py):
     episodes, tasks, and per task the refs and objects removed; None when no workspace's was."""
+    evaluations: list[dict[str, Any]] | None = None
+    """`--eval-task-set`: the held-out curve, one entry per evaluation round (rollout/heldout.evaluation); None
+    when the run evaluates nothing."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,5 +146,30 @@ def render(summary: RoundSummary, console: Any) -> None:
         console.print(f"history:  {h['episodes']} workspace(s) of {h['tasks']} task(s) scrubbed: their repositories "
                       f"held history past the base commit, left out ({h['refs']} ref(s), {h['reflogs']} reflog(s), "
                       f"{h['objects']:,} object(s))")
+    if summary.evaluations is not None:
+        render_evaluations(summary, console)
     for note in summary.notes:
         console.print(f"note:     {note}")
+
+
+def render_evaluations(summary: RoundSummary, console: Any) -> None:
+    """The held-out curve (95% intervals clustered by task) beside the train reward of the round sampled from the
+    same policy: one line per evaluation, never wrapped, so the intervals stay readable in a narrow terminal."""
+    console.print("held-out (never trained on), 95% intervals by task:")
+    for line in curve_text(summary.evaluations or []):
+        console.print(f"  {line}", soft_wrap=True, highlight=False)
+
+
+def curve_text(evals: list[dict[str, Any]]) -> list[str]:
+    """The held-out curve (rollout/heldout.evaluation entries) as text: one line per evaluation, each metric with its
+    interval, then the train reward under the same policy."""
+    from agentlightning_cli.rollout.intervals import Interval
+
+    lines = []
+    for e in evals:
+        names = {"pass_at_1": "pass@1", "pass_at_k": f"pass@{e['k']}", "mean_reward": "mean reward"}
+        cells = "   ".join(f"{name} " + (Interval(**e[m]).text(2) if e[m] else "-") for m, name in names.items())
+        train = "-" if e.get("train_reward") is None else f"{e['train_reward']:.2f}"
+        lines.append(f"after {e['trainings']} training(s) ({e['policy']}, {e['episodes']} episodes): {cells}"
+                     f"   | train reward {train}")
+    return lines

@@ -229,6 +229,40 @@ CREATE TABLE episode_patches (
 ) WITHOUT ROWID;
 """
 
+# Evaluation inside `alight run --rounds N --eval-task-set F` (issue 35): the held-out set runs before round 0 and
+# after trainings, with the adapter just trained. Its episodes need a round (episodes.round_id: the policy they were
+# sampled from, resume by slot), but they must never be trained on, so the round says what it is for: `kind`. An
+# evaluation round takes the idx of the training round whose policy it evaluates (idx n: the adapter after n
+# trainings), so the two kinds each get their own index space; UNIQUE (run_id, idx) of m001 forbids that, and a
+# table constraint cannot be dropped in SQLite, so the table is rebuilt (the documented 12-step way: the old one
+# renamed away with legacy_alter_table ON, so the episodes' REFERENCES rounds(id) keep naming `rounds` and reach
+# the new table; apply_migrations runs every migration with foreign keys off and checks them before COMMIT).
+# Every reader that trains or summarises train reward asks for kind 'train' (Store.list_rounds' default).
+M008_EVALUATION_ROUNDS = """
+PRAGMA legacy_alter_table = ON;
+ALTER TABLE rounds RENAME TO rounds_m001;
+CREATE TABLE rounds (
+  -- Why: training happens between rounds; every episode of a round is sampled from one policy, and
+  -- the trainer must know which adapter produced the logprobs it uses for importance weights.
+  -- Evaluation rounds (kind 'eval') hold held-out episodes that are never trained on.
+  id            TEXT PRIMARY KEY,
+  run_id        TEXT NOT NULL REFERENCES runs(id),
+  kind          TEXT NOT NULL DEFAULT 'train' CHECK (kind IN ('train', 'eval')),
+                                      -- train: its episodes are trained on; eval: a held-out evaluation, never
+  idx           INTEGER NOT NULL,     -- train: 0, 1, 2, ... within the run; eval: the trainings behind its policy
+  policy        TEXT NOT NULL,        -- adapter name served by vLLM, e.g. policy-r0
+  adapter_path  TEXT,                 -- where that adapter lives on disk (NULL: the zero-initialised one)
+  status        TEXT NOT NULL,        -- running | done | failed
+  started_at    REAL NOT NULL,
+  ended_at      REAL,
+  UNIQUE (run_id, kind, idx)
+);
+INSERT INTO rounds (id, run_id, kind, idx, policy, adapter_path, status, started_at, ended_at)
+  SELECT id, run_id, 'train', idx, policy, adapter_path, status, started_at, ended_at FROM rounds_m001;
+DROP TABLE rounds_m001;
+PRAGMA legacy_alter_table = OFF;
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
@@ -244,6 +278,8 @@ MIGRATIONS: list[tuple[str, str, str]] = [
      " reached the proxy) and leftover processes killed, as the runner saw them", M006_EPISODE_OUTCOME_DETAIL),
     ("m007_episode_patches", "episode_patches: the agent's changes to its workspace as a git patch, one row per"
      " episode, for inspect and SWE-bench predictions", M007_EPISODE_PATCHES),
+    ("m008_evaluation_rounds", "rounds.kind: train, or eval (held-out evaluation rounds, never trained on), each kind"
+     " with its own idx; the table rebuilt for UNIQUE (run_id, kind, idx)", M008_EVALUATION_ROUNDS),
 ]
 
 _LEDGER = """
@@ -277,6 +313,18 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
     """
     if _applied(conn) == {name for name, _, _ in MIGRATIONS}:
         return []
+    # Foreign keys off while migrating (SQLite can only switch them outside a transaction): a migration that
+    # rebuilds a parent table (m008) drops it while children still point at it; foreign_key_check below stops a
+    # migration that would leave a dangling reference.
+    keys_on = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        return _apply(conn)
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {'ON' if keys_on else 'OFF'}")
+
+
+def _apply(conn: sqlite3.Connection) -> list[str]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_LEDGER)
@@ -296,6 +344,11 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
                 conn.execute(statement)
             conn.execute("INSERT INTO _alight_migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
             applied.append(name)
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise AlightError(f"migrating {len(broken)} row(s) would leave a dangling reference "
+                              f"(first: {tuple(broken[0])})",
+                              hint="this database is damaged; restore it from a copy")
         conn.execute("COMMIT")
         return applied
     except BaseException:

@@ -29,6 +29,9 @@ class Round:
     status: str
     started_at: float
     ended_at: float | None
+    kind: str = "train"
+    """`train` (its episodes are trained on) or `eval` (a held-out evaluation of the policy after `index`
+    trainings, never trained on; m008)."""
 
 
 @dataclass(frozen=True)

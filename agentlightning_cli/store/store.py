@@ -140,12 +140,13 @@ class Store(TrainingRecords, PatchRecords, SummaryReads):
     def list_runs(self) -> list[Run]:
         return [_run(r) for r in self._conn().execute("SELECT * FROM runs ORDER BY created_at, id")]
 
-    def create_round(self, run_id: str, index: int, policy: str, adapter_path: str | None) -> Round:
+    def create_round(self, run_id: str, index: int, policy: str, adapter_path: str | None,
+                     kind: str = "train") -> Round:
         rnd = Round(id=new_id("rnd"), run_id=run_id, index=index, policy=policy, adapter_path=adapter_path,
-                    status="running", started_at=time.time(), ended_at=None)
+                    status="running", started_at=time.time(), ended_at=None, kind=kind)
         write_transaction(self._conn(), lambda c: c.execute(
-            "INSERT INTO rounds (id, run_id, idx, policy, adapter_path, status, started_at) VALUES (?,?,?,?,?,?,?)",
-            (rnd.id, run_id, index, policy, adapter_path, rnd.status, rnd.started_at)))
+            "INSERT INTO rounds (id, run_id, kind, idx, policy, adapter_path, status, started_at)"
+            " VALUES (?,?,?,?,?,?,?,?)", (rnd.id, run_id, kind, index, policy, adapter_path, rnd.status, rnd.started_at)))
         return rnd
 
     def finish_round(self, round_id: str, status: str) -> None:
@@ -155,8 +156,10 @@ class Store(TrainingRecords, PatchRecords, SummaryReads):
         row = self._conn().execute("SELECT * FROM rounds WHERE id = ?", (round_id,)).fetchone()
         return None if row is None else _round(row)
 
-    def list_rounds(self, run_id: str) -> list[Round]:
-        rows = self._conn().execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY idx", (run_id,))
+    def list_rounds(self, run_id: str, kind: str = "train") -> list[Round]:
+        """The run's rounds of one kind: `train` (the default, so nothing that trains or sums train reward ever
+        sees an evaluation) or `eval` (held-out evaluations)."""
+        rows = self._conn().execute("SELECT * FROM rounds WHERE run_id = ? AND kind = ? ORDER BY idx", (run_id, kind))
         return [_round(r) for r in rows]
 
     # episodes ----------------------------------------------------------------------------------------
@@ -307,7 +310,7 @@ def _run(row: sqlite3.Row) -> Run:
 def _round(row: sqlite3.Row) -> Round:
     return Round(id=row["id"], run_id=row["run_id"], index=row["idx"], policy=row["policy"],
                  adapter_path=row["adapter_path"], status=row["status"], started_at=row["started_at"],
-                 ended_at=row["ended_at"])
+                 ended_at=row["ended_at"], kind=row["kind"])
 
 
 def _episode(row: sqlite3.Row) -> Episode:

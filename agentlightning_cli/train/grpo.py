@@ -269,12 +269,11 @@ def row_filters(rows: list[Any]) -> tuple[float, int, float]:
     return found.pop() if found else (1.0, 0, 0.0)
 
 
-def _report_to() -> list[str]:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return []
-    return ["tensorboard"]
+def _report_to() -> str:
+    # train.report_to is honoured by alight itself (train/trackers.py), one tracker run for the whole alight run:
+    # transformers' per-Trainer callbacks would restart the step and end the run at every round. The trainer's
+    # log dicts reach those trackers through StepLog (round_step's on_step). train.grpo.report_to still wins.
+    return "none"
 
 
 def _no_reward(*_args: Any, **kwargs: Any) -> list[float]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.train import advantages as adv
+from agentlightning_cli.train.reward_control import ControlReport, control_rewards
 from agentlightning_cli.train.rows import END_OF_TURN_TOKENS, RowContext, RowReport, build_rows
 
 # Metrics TRL (and our trainer) log -> TrainStep columns.
@@ -54,6 +55,7 @@ class TrainReport:
     base_adapter: str | None = None
     chat_template: str | None = None
     importance: dict[str, Any] = field(default_factory=dict)  # the round's importance weights (grpo.py)
+    reward_control: dict[str, Any] = field(default_factory=dict)  # train.reward_control as applied (reward_control.py)
 
     @property
     def calls_per_row(self) -> float:
@@ -65,7 +67,7 @@ class TrainReport:
                 "break_reasons": self.break_reasons, "dropped_groups": self.dropped_groups, "dropped": self.dropped,
                 "episodes": self.episodes, "merge_rule": self.merge_rule, "temperature": self.temperature,
                 "base_adapter": self.base_adapter, "chat_template": self.chat_template, "importance": self.importance,
-                "metrics": self.metrics}
+                "reward_control": self.reward_control, "metrics": self.metrics}
 
 
 def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
@@ -93,9 +95,11 @@ def check_base_model(base_model: Path | None) -> Path:
 
 
 def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, settings: Any, out_dir: Path,
-                log: Callable[[str], None] = print_to_stderr, row_limit: int | None = None) -> TrainReport:
+                log: Callable[[str], None] = print_to_stderr, row_limit: int | None = None,
+                tracker: Any = None) -> TrainReport:
     """Train on the episodes of round `round_index`, continuing from that round's adapter; write out_dir.
-    `row_limit`: the longest row kept (default train.max_row_tokens, else serve.max_model_len of `settings`)."""
+    `row_limit`: the longest row kept (default train.max_row_tokens, else serve.max_model_len of `settings`).
+    `tracker`: a train.trackers.Tracker that gets each step at the run's step (trackers.step_of)."""
     started = time.perf_counter()
     base_model = check_base_model(base_model)
     run = store.get_run(run_id)
@@ -131,8 +135,10 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                              f" ids to train on ({_counts(dropped)})",
                              hint=_no_rows_hint(dropped))
     (temperature, *filters), rows = _one_sampling(report.rows, dropped)
-    scored = adv.group_advantages(adv.with_rows(rewards, rows, dropped), t.scale_rewards)
-    dropped.update(scored.dropped)
+    scored, control = round_advantages(rewards, rows, dropped, t, round_index)
+    if control.mode != "none":
+        log(f"reward control {control.mode} (seed {control.seed}): the rewards of {control.groups} groups permuted"
+            f" across their episodes, {control.moved} episodes scored with another episode's reward")
     if not scored.advantages:
         raise NothingToTrain(f"every group of round {round_index} has equal rewards (or one episode) among the"
                              f" episodes with rows: no signal to learn from ({_counts(dropped)})",
@@ -151,6 +157,9 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         if dropped[key]:
             log(f"  left out {dropped[key]} {key.replace('_', ' ')}: {why}")
     store.clear_train_steps(run.id, round_index)
+    from agentlightning_cli.train.trackers import step_of
+
+    offset = step_of(store, run.id, round_index)  # TRL counts from 0 each round; the trackers' step goes on
 
     def on_step(entry: dict[str, Any]) -> None:
         from agentlightning_cli.store import TrainStep
@@ -160,6 +169,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         store.add_train_steps([TrainStep(run.id, round_index, int(entry["step"]), **known,
                                          rows=_int(entry.get("rows")), merged_calls=_int(entry.get("merged_calls")),
                                          extra=extra)])
+        if tracker is not None:
+            tracker.log_trainer_step(offset, entry)
         log(f"  step {int(entry['step'])}: loss {entry.get('loss', float('nan')):.4f}"
             f" reward {entry.get('reward', float('nan')):.3f} tokens/s {entry.get('tokens_per_s', 0):.0f}")
 
@@ -198,7 +209,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                       dropped_groups=dropped["zero_variance_groups"] + dropped["single_episode_groups"],
                       metrics=result.metrics, dropped=dict(dropped), episodes=scored.episodes, merge_rule=t.merge,
                       temperature=temperature, base_adapter=str(previous) if previous else None, chat_template=choice,
-                      importance=imp)
+                      importance=imp, reward_control=control.to_dict())
     from agentlightning_cli.store import TrainRound
 
     store.put_train_round(TrainRound(
@@ -210,8 +221,18 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                 "generation_defaults": ctx.sampling_defaults,
                 "loss_type": t.loss_type, "breaks": report.break_log[:200],
                 "advantages": {e: round(a, 6) for e, a in scored.advantages.items()},
-                "importance": result.importance}))
+                "importance": result.importance, "reward_control": control.to_dict()}))
     return out
+
+
+def round_advantages(rewards: dict[str, tuple[str, float]], rows: list[Any], dropped: Counter, t: Any,
+                     round_index: int) -> tuple[adv.AdvantageReport, ControlReport]:
+    """The advantages of the rewarded episodes that have rows, under train.reward_control (`t`: train settings).
+    The control permutes after the row filter, so a group's mean and spread are those of the episodes that train."""
+    kept, control = control_rewards(adv.with_rows(rewards, rows, dropped), t.reward_control, t.seed, round_index)
+    scored = adv.group_advantages(kept, t.scale_rewards)
+    dropped.update(scored.dropped)
+    return scored, control
 
 
 def _one_sampling(rows: list[Any], dropped: Counter) -> tuple[tuple[float, float, int, float], list[Any]]:
