@@ -33,9 +33,11 @@ def raw_server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("raw-vllm")
     model = build_tiny_model(tmp / "model")
-    # vLLM's defaults for the two flags (the last value of a flag wins): what a server started without them has
+    # vLLM's defaults for the flags alight adds (the last value of a flag wins): what a server started without them
+    # has; without --enable-scale-out its render / generate / derender answer 403 (test_the_probe_...scale_out)
     settings = ServeSettings(max_model_len=4096, max_lora_rank=8, startup_timeout_s=300,
-                             extra_args=["--logprobs-mode", "raw_logprobs", "--generation-config", "auto"])
+                             extra_args=["--logprobs-mode", "raw_logprobs", "--generation-config", "auto",
+                                         "--no-enable-scale-out"])
     server = VLLMServer(model, settings, tmp / "vllm.log")
     server.start()
     try:
@@ -75,6 +77,8 @@ def test_a_run_of_one_round_on_it_warns_and_goes_on(tmp_path: Path, raw_server) 
                      env={**ENV, "ALIGHT_SANDBOX": "none"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" in proc.stderr and "does not report processed logprobs" in proc.stderr, proc.stderr
+    # no --enable-scale-out either: proxy.continuation falls back to render, saying why (issue 34)
+    assert "alight run: proxy.continuation: render, not exact" in proc.stderr and "403" in proc.stderr, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["statuses"] == {"done": 1}
     assert any("does not report processed logprobs" in note and FLAGS in note for note in summary["notes"])
@@ -111,3 +115,31 @@ def test_the_probe_tells_processed_from_raw(raw_server, shared_tiny_vllm) -> Non
     assert raw.mode == "raw", raw.detail
     processed = probe_logprobs_mode(shared_tiny_vllm.base_url, shared_tiny_vllm.policy)
     assert processed.mode == "processed", processed.detail
+
+
+def test_a_server_without_scale_out_has_no_exact_continuation(raw_server, capsys) -> None:
+    """Issue 34: the probe sees render / generate / derender switched off (403) on a server started without
+    --enable-scale-out; `exact` asked explicitly stops before anything runs, naming the flag; the default falls back
+    to `render` with one line saying why; replicas alight started name the setting that switched it off."""
+    from agentlightning_cli.commands.lifecycle import resolve_replica_continuation
+    from agentlightning_cli.config import Settings
+    from agentlightning_cli.proxy.token_io_probe import probe_token_endpoints, resolve_continuation
+
+    _, server = raw_server
+    name = server.settings.served_model_name
+    found = probe_token_endpoints(server.base_url, name)
+    assert not found.available and found.switched_off, found.detail
+    assert "403" in found.detail and "--enable-scale-out" in found.detail
+    with pytest.raises(AlightError, match="proxy.continuation is exact") as err:
+        resolve_continuation("exact", [(server.base_url, name)])
+    assert "--enable-scale-out" in err.value.hint and "proxy.continuation: render" in err.value.hint
+    fallback = resolve_continuation(None, [(server.base_url, name)])
+    assert fallback.mode == "render" and "403" in fallback.note and "--enable-scale-out" in fallback.note
+    settings = Settings()
+    replicas = SimpleNamespace(base_urls=[server.base_url], policy=name, api_key=None)
+    resolve_replica_continuation(settings, replicas)
+    assert settings.proxy.continuation == "render" and "proxy.continuation: render" in capsys.readouterr().err
+    settings.proxy.continuation = "exact"
+    with pytest.raises(AlightError, match="proxy.continuation is exact") as err:
+        resolve_replica_continuation(settings, replicas)
+    assert "serve.extra_args" in err.value.hint

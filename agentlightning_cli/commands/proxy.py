@@ -65,15 +65,39 @@ def run(settings: Settings, upstream: str | list[str], store_dir: Path, model: s
     unkeyed = unkeyed_servers(upstreams, settings.serve.api_key, trains=False)
     if unkeyed:
         print(f"alight proxy: warning: {unkeyed}", file=sys.stderr, flush=True)
-    described = []
+    described, infos = [], []
     for url in upstreams:
         try:
-            described.append(probe_upstream(url, api_key=settings.serve.api_key).describe())
+            info = probe_upstream(url, api_key=settings.serve.api_key)
+            described.append(info.describe())
+            infos.append(info)
         except AlightError as exc:
             print(f"alight proxy: warning: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
                   file=sys.stderr, flush=True)
             described.append("unknown (the probe above failed; calls fail until the upstream answers)")
+    settings.proxy.continuation = _continuation(settings, infos if len(infos) == len(upstreams) else None, model)
     served = described[0] if len(set(described)) == 1 else "; ".join(
         f"{server_root(u)}: {d}" for u, d in zip(upstreams, described))
     roots = [server_root(u) for u in upstreams]
     lifecycle.run_loop(serve(settings, roots if len(roots) > 1 else roots[0], served, store_dir, model))
+
+
+def _continuation(settings: Settings, infos: list | None, model: str | None) -> str:
+    """The effective proxy.continuation (proxy/token_io_probe.py); `infos`: every upstream's probe, None when one
+    failed (a server that is not up yet gets `render`, or an error when `exact` was asked)."""
+    from agentlightning_cli.proxy.token_io_probe import resolve_continuation
+
+    asked = settings.proxy.continuation
+    if asked != "render" and (infos is None or not all(info.models for info in infos)):
+        if asked == "exact":
+            raise AlightError("proxy.continuation is exact, but an upstream could not be probed for vLLM's render / "
+                              "generate / derender endpoints", "start the upstream first, or set "
+                              "proxy.continuation: render")
+        print("alight proxy: proxy.continuation: render, not exact (an upstream could not be probed at start)",
+              file=sys.stderr, flush=True)
+        return "render"
+    found = resolve_continuation(asked, [(info.root_url, model or info.models[0]) for info in infos or []],
+                                 settings.serve.api_key)
+    if found.note:
+        print(f"alight proxy: {found.note}", file=sys.stderr, flush=True)
+    return found.mode

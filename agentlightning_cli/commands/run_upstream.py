@@ -124,3 +124,17 @@ def probe_upstreams(urls: list[str], trains: bool = False, api_key: str | None =
         return Probe(probes[0].root, probes[0].model, False, f"{without[0].root}: {without[0].why}", context)
     warning = check_logprobs([(p.root, p.model) for p in probes], trains, api_key)
     return Probe(probes[0].root, probes[0].model, True, None, context, warning)
+
+
+def upstream_continuation(urls: list[str], probe: Probe, asked: str | None, api_key: str | None, name: str) -> str:
+    """The effective proxy.continuation for servers alight did not start (proxy/token_io_probe.py): AlightError
+    when `exact` is asked of a server without render / generate / derender; the fallback's line on stderr."""
+    import sys
+
+    from agentlightning_cli.proxy.probe import server_root
+    from agentlightning_cli.proxy.token_io_probe import resolve_continuation
+
+    found = resolve_continuation(asked, [(server_root(u), probe.model) for u in urls], api_key, probe.token_ids)
+    if found.note:
+        print(f"{name}: {found.note}", file=sys.stderr, flush=True)
+    return found.mode

