@@ -92,6 +92,9 @@ def test_serve_prints_urls_records_calls_and_ctrl_c_stops_everything(tmp_path: P
     with Store.open(run_dir) as store:
         calls = store.get_calls("by-hand")
         assert len(calls) == 1 and calls[0].model == "policy-r0" and calls[0].completion_token_ids
+        # exact continuation is live (vLLM started with its endpoints; end-of-turn ids from the model's tokenizer)
+        assert calls[0].continuation["mode"] == "exact" and calls[0].continuation["kind"] == "start"
+        assert json.loads(calls[0].upstream_request)["token_ids"] == calls[0].prompt_token_ids
         run = store.get_run("demo")
         assert run is not None
         # The ad-hoc episode belongs to this run's round 0, not to nothing.

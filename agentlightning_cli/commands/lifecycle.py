@@ -120,12 +120,33 @@ def resolve_replica_continuation(settings: "Settings", policy: "PolicyServer | A
         print(found.note, file=sys.stderr, flush=True)
 
 
+def continuation_eot_ids(proxy_settings: ProxySettings, model: "Path | str | None") -> frozenset[int]:
+    """The model's end-of-turn ids exact continuation splits turns at, read from its tokenizer.json here (the
+    proxy layer reads no tokenizer). Without one (a server alight did not start, a hub name), the proxy renders
+    every call: proxy.continuation becomes `render`, with one line saying why."""
+    if proxy_settings.continuation != "exact":
+        return frozenset()
+    tokenizer = Path(model) / "tokenizer.json" if model is not None else None
+    if tokenizer is not None and tokenizer.is_file():
+        from agentlightning_cli.inspect.tokens import end_of_turn_ids
+
+        ids = end_of_turn_ids(tokenizer)
+        if ids:
+            return ids
+    where = f"in {tokenizer}" if tokenizer is not None else "(no local model folder)"
+    print(f"alight: proxy.continuation: render, not exact: no end-of-turn tokens found {where}; every call is "
+          "rendered from its messages", file=sys.stderr, flush=True)
+    proxy_settings.continuation = "render"
+    return frozenset()
+
+
 @asynccontextmanager
 async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_settings: ProxySettings, *, policy: str | None = "policy-r0",
                         ad_hoc: bool = False, ad_hoc_scope: tuple[str | None, str | None] | None = None,
                         on_budget_exceeded: Callable[[str, str], None] | None = None,
                         upstream: "PolicyServer | Any | None" = None,
-                        upstream_api_key: str | None = None) -> AsyncIterator["Proxy"]:
+                        upstream_api_key: str | None = None,
+                        model: "Path | str | None" = None) -> AsyncIterator["Proxy"]:
     """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit. `upstream`: the
     policy server behind it, when there is one: its API key (else `upstream_api_key`, serve.api_key for servers
     alight did not start) goes on every upstream request, and a replica of it whose process exited stays out of
@@ -137,6 +158,7 @@ async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_set
                               "replica_exited": getattr(upstream, "exit_code", None)}
     if ad_hoc_scope is not None:
         kwargs["ad_hoc_scope"] = ad_hoc_scope
+    kwargs["eot_ids"] = continuation_eot_ids(proxy_settings, model or getattr(upstream, "model", None))
     proxy = Proxy(store, upstream_url, proxy_settings, **kwargs)
     if on_budget_exceeded is not None:
         proxy.on_budget_exceeded = on_budget_exceeded

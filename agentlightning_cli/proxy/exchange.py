@@ -34,6 +34,8 @@ class Collaborators:
     recorder: Recorder
     upstream: UpstreamRouter
     policy: ModelPolicy
+    continuation: Any = None
+    """proxy/continued.ExactContinuation under `proxy.continuation: exact`; None: every call is rendered."""
 
 
 def unavailable(protocol: str, exc: BaseException | None) -> Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentlightning_cli.proxy.chat import ChatPlan, plan_chat, strip_response
+from agentlightning_cli.proxy.continued import continues, exact_chat
 from agentlightning_cli.proxy.errors import error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import Exchange
 from agentlightning_cli.proxy.http_server import Response, StreamWriter
@@ -34,6 +35,11 @@ class ChatPassthrough:
         return b"data: " + error_bytes("openai-chat", 502, message) + b"\n\n"
 
 
+def _stripped(data: dict, plan: ChatPlan) -> bytes:
+    strip_response(data, plan)
+    return dumps(data)
+
+
 async def handle_chat(ex: Exchange) -> Response | StreamWriter:
     body = parse_json(ex.raw, ex.protocol)
     ex.stream = bool(body.get("stream"))
@@ -42,6 +48,9 @@ async def handle_chat(ex: Exchange) -> Response | StreamWriter:
         policy = ex.policy
         plan = plan_chat(body, policy.upstream_model(body.get("model")), policy.sampling, ex.seed)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
+        if continues(ex, plan):
+            return await exact_chat(ex, plan, dropped=None, answer=lambda data: _stripped(data, plan),
+                                    stream=lambda: ChatPassthrough(plan))
         resp = await ex.post("/v1/chat/completions", dumps(plan.upstream))
         try:
             if resp.status >= 400:

@@ -14,11 +14,13 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from agentlightning_cli.config import ProxySettings
+from agentlightning_cli.errors import AlightError
 from agentlightning_cli.local_http import is_loopback_host
 from agentlightning_cli.proxy.access import EpisodeKeys, new_run_token
+from agentlightning_cli.proxy.continued import ExactContinuation
 from agentlightning_cli.proxy.control import Budgets, Gate, ModelPolicy
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.exchange import Collaborators, Exchange, unavailable
@@ -62,7 +64,8 @@ class Proxy:
     def __init__(self, store: Store, upstream_url: str | list[str], settings: ProxySettings, policy: str | None = "policy-r0",
                  ad_hoc: bool = False, connections: int = 256,
                  ad_hoc_scope: tuple[str | None, str | None] = (None, None), upstream_api_key: str | None = None,
-                 retry_after_s: float = 30.0, replica_exited: Callable[[str], int | None] | None = None):
+                 retry_after_s: float = 30.0, replica_exited: Callable[[str], int | None] | None = None,
+                 eot_ids: Collection[int] = ()):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
         self.ad_hoc_scope = ad_hoc_scope
@@ -91,6 +94,14 @@ class Proxy:
         self._server: HTTPServer | None = None
         self.session: UpstreamRouter | None = None  # made in start(), on the loop
         self._parts: Collaborators | None = None
+        self.eot_ids = frozenset(eot_ids)
+        """The model's end-of-turn ids (inspect/tokens.end_of_turn_ids, computed by whoever starts the proxy):
+        exact continuation splits prompts into turns at them."""
+        if settings.continuation == "exact" and not self.eot_ids:
+            raise AlightError("proxy.continuation is exact but the proxy was given no end-of-turn ids",
+                              "pass the model's end-of-turn ids (inspect/tokens.end_of_turn_ids of its tokenizer.json)"
+                              " or set proxy.continuation: render")
+        self.continuation: ExactContinuation | None = None
 
     @property
     def run_token(self) -> str | None:
@@ -120,7 +131,10 @@ class Proxy:
         self.session = UpstreamRouter(self.upstream_urls, limit=self._connections, connect_timeout=30,
                                       retry_after_s=self.retry_after_s, api_key=self.upstream_api_key,
                                       exited=self.replica_exited)
-        self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy)
+        if self.settings.continuation == "exact":  # the effective mode, resolved (probed) before the proxy starts
+            self.continuation = ExactContinuation(self.session, self.eot_ids)
+        self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy,
+                                    self.continuation)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
         server = HTTPServer(self._handle, self.settings.max_body_bytes)
         bound = await server.start(host, port)
@@ -172,6 +186,8 @@ class Proxy:
         call is answered 403 and recorded nowhere) and routing forgets it (its recorded calls stay counted)."""
         self.keys.end(episode_id)
         self.model_policy.seeds.register(episode_id, None)
+        if self.continuation is not None:
+            self.continuation.end(episode_id)  # its conversations end with it
         if self.session is not None:
             self.session.forget(episode_id)
 

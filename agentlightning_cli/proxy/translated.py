@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agentlightning_cli.proxy import anthropic
 from agentlightning_cli.proxy.chat import plan_chat
+from agentlightning_cli.proxy.continued import continues, exact_chat
 from agentlightning_cli.proxy.errors import ProxyReject, TranslationError, error_bytes, upstream_message
 from agentlightning_cli.proxy.exchange import Exchange
 from agentlightning_cli.proxy.http_server import Response, StreamWriter
@@ -36,6 +37,11 @@ async def handle_translated(ex: Exchange) -> Response | StreamWriter:
         policy = ex.policy
         plan = plan_chat(chat_body, policy.upstream_model(client_model), policy.sampling, ex.seed)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
+        if continues(ex, plan):  # continued on the canonical chat form, answered in the client's
+            return await exact_chat(
+                ex, plan, dropped=dropped,
+                answer=lambda data: dumps(translator.response_from_chat(data, client_model=client_model, request=body)),
+                stream=lambda: translator.open_stream(client_model=client_model, request=body))
         resp = await ex.post("/v1/chat/completions", dumps(plan.upstream))
         try:
             if resp.status >= 400:

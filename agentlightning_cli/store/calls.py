@@ -21,7 +21,7 @@ from agentlightning_cli.store.models import Call, CallRecord
 
 DELTA_KINDS = ("client_request", "upstream_request")  # bodies that resend the whole conversation
 PLAIN_KINDS = ("response", "upstream_response")  # bodies that hold only the new turn
-_JSON_FIELDS = ("client_headers", "usage", "sampling", "dropped")
+_JSON_FIELDS = ("client_headers", "usage", "sampling", "dropped", "continuation")
 _SCALAR_FIELDS = (
     "id", "episode_id", "seq", "protocol", "method", "path", "status", "http_status", "finish_reason",
     "client_model", "model", "started_at", "first_byte_at", "ended_at", "error",

@@ -263,6 +263,16 @@ DROP TABLE rounds_m001;
 PRAGMA legacy_alter_table = OFF;
 """
 
+# Exact continuation (issue 34, proxy.continuation: exact): a call's prompt is no longer the plain render of its
+# messages but the conversation's earlier prompt + the ids the model sampled + the new turns. What the proxy decided
+# for the call (continue / fork / start / fallback, the reason, the chain, the normalisations that fired, where the
+# prompt differs from the plain render, the sampled spans to train and the parent's spans to mask) and the sampling
+# params sent to vLLM's generate are kept with it, so `alight inspect` can show why a prompt is what it is and the
+# trainer can mask what a fork's parent already trains. NULL: a call under `render` (or recorded before).
+M009_CALL_CONTINUATION = """
+ALTER TABLE calls ADD COLUMN continuation TEXT /* JSON: {mode, kind, reason, chain, parent, sampled_spans, masked_spans, normalisations, shared_messages, mismatch, differs, first_difference, plain_len, sampling_params} */;
+"""
+
 # (name, why, sql). Names sort in apply order; the table records which ran.
 MIGRATIONS: list[tuple[str, str, str]] = [
     ("m001_initial", "runs, rounds, episodes and calls with delta-encoded token ids and bodies", M001_INITIAL),
@@ -280,6 +290,8 @@ MIGRATIONS: list[tuple[str, str, str]] = [
      " episode, for inspect and SWE-bench predictions", M007_EPISODE_PATCHES),
     ("m008_evaluation_rounds", "rounds.kind: train, or eval (held-out evaluation rounds, never trained on), each kind"
      " with its own idx; the table rebuilt for UNIQUE (run_id, kind, idx)", M008_EVALUATION_ROUNDS),
+    ("m009_call_continuation", "calls.continuation: what exact continuation decided for a call (continue, fork,"
+     " start or fallback, why, the chain, normalisations, spans) and the sampling params sent", M009_CALL_CONTINUATION),
 ]
 
 _LEDGER = """

