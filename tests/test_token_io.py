@@ -229,3 +229,62 @@ def test_alight_proxy_resolves_continuation_for_its_upstream(shared_tiny_vllm) -
         _continuation(settings, None, None)  # an upstream that was down at start
     settings.proxy.continuation = None
     assert _continuation(settings, None, None) == "render"
+
+
+def test_end_of_turn_ids_asked_of_the_server_equal_the_tokenizers(shared_tiny_vllm) -> None:
+    from agentlightning_cli.inspect.tokens import end_of_turn_ids
+    from agentlightning_cli.proxy.token_io_probe import server_end_of_turn_ids
+    from agentlightning_cli.train.rows import END_OF_TURN_TOKENS
+
+    url, policy = shared_tiny_vllm.base_url, shared_tiny_vllm.policy
+    local = end_of_turn_ids(shared_tiny_vllm.model / "tokenizer.json")
+    assert server_end_of_turn_ids(url, policy, END_OF_TURN_TOKENS) == local
+    # Without names, the template alone says how it closes an assistant turn.
+    assert server_end_of_turn_ids(url, policy, ()) == {tokenize(url, policy, "<|im_end|>")[0]}
+
+
+def test_alight_proxy_without_a_local_model_continues_exactly_under_the_clients_adapter(
+        shared_tiny_vllm, tmp_path: Path) -> None:
+    """`alight proxy --upstream URL` has no tokenizer of its own: it asks the server for the end-of-turn ids and
+    runs exact continuation; a call under a loaded adapter samples through generate what chat completions samples
+    under that adapter (the adapter is in effect on both paths), and differently from the base policy."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    import openai
+
+    from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
+    from agentlightning_cli.store import Store
+    from tests.test_proxy_cli import _banner, _free_port
+
+    url, policy = shared_tiny_vllm.base_url, shared_tiny_vllm.policy
+    name = "proxy-random"
+    adapters = AdapterClient(url)
+    adapters.load(name, make_adapter(shared_tiny_vllm.model, tmp_path / "random", rank=8, random_b=True, seed=5))
+    alight = shutil.which("alight", path=str(Path(sys.executable).parent))
+    port, store_dir = _free_port(), tmp_path / "store"
+    proc = subprocess.Popen([alight, "proxy", "--upstream", url, "--port", str(port), "--store", str(store_dir)],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 12, "seed": 11, "temperature": 1.0}
+    try:
+        banner = _banner(proc)
+        assert "render, not exact" not in banner, banner
+        for episode, model in (("adapter-1", name), ("base-1", policy)):  # one episode each: two conversations
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/e/{episode}/v1", api_key="k", max_retries=0)
+            client.chat.completions.create(model=model, **body)
+        direct = {model: chat(url, plan_chat({"model": model, **body}, model, SamplingOverrides()).upstream)
+                  for model in (name, policy)}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        adapters.unload(name)
+    with Store.open(store_dir) as store:
+        [adapter_call], [base_call] = store.get_calls("adapter-1"), store.get_calls("base-1")
+    for call, model in ((adapter_call, name), (base_call, policy)):
+        assert call.continuation["mode"] == "exact" and call.continuation["kind"] == "start"
+        assert json.loads(call.upstream_request)["model"] == model  # generated under the client's adapter
+        assert call.completion_token_ids == direct[model]["choices"][0]["token_ids"]
+        assert call.prompt_token_ids == direct[model]["prompt_token_ids"]
+    assert adapter_call.completion_token_ids != base_call.completion_token_ids

@@ -120,12 +120,16 @@ def resolve_replica_continuation(settings: "Settings", policy: "PolicyServer | A
         print(found.note, file=sys.stderr, flush=True)
 
 
-def continuation_eot_ids(proxy_settings: ProxySettings, model: "Path | str | None") -> frozenset[int]:
-    """The model's end-of-turn ids exact continuation splits turns at, read from its tokenizer.json here (the
-    proxy layer reads no tokenizer). Without one (a server alight did not start, a hub name), the proxy renders
-    every call: proxy.continuation becomes `render`, with one line saying why."""
+def continuation_eot_ids(proxy_settings: ProxySettings, model: "Path | str | None",
+                         servers: list[tuple[str, str]] = (), api_key: str | None = None) -> frozenset[int]:
+    """The model's end-of-turn ids exact continuation splits turns at: from its tokenizer.json where the model is
+    a local folder (the proxy layer reads no tokenizer), else asked of the `servers` [(root, served model name)]
+    (a server alight did not start: proxy/token_io_probe.server_end_of_turn_ids); every server must say the same.
+    Where none can be found the proxy renders every call: proxy.continuation becomes `render`, with one line."""
     if proxy_settings.continuation != "exact":
         return frozenset()
+    from agentlightning_cli.train.rows import END_OF_TURN_TOKENS
+
     tokenizer = Path(model) / "tokenizer.json" if model is not None else None
     if tokenizer is not None and tokenizer.is_file():
         from agentlightning_cli.inspect.tokens import end_of_turn_ids
@@ -133,7 +137,21 @@ def continuation_eot_ids(proxy_settings: ProxySettings, model: "Path | str | Non
         ids = end_of_turn_ids(tokenizer)
         if ids:
             return ids
-    where = f"in {tokenizer}" if tokenizer is not None else "(no local model folder)"
+        where = f"in {tokenizer}"
+    elif servers:
+        from agentlightning_cli.proxy.token_io_probe import server_end_of_turn_ids
+
+        said = {root: server_end_of_turn_ids(root, name, END_OF_TURN_TOKENS, api_key) for root, name in servers}
+        if len(set(said.values())) > 1:
+            raise AlightError("the upstreams name different end-of-turn tokens (" + "; ".join(
+                f"{root}: {sorted(ids)}" for root, ids in said.items()) + "): they serve different models",
+                              "give upstreams that serve the same model, or set proxy.continuation: render")
+        ids = next(iter(said.values()))
+        if ids:
+            return ids
+        where = "from the upstream (its /tokenize and render answers)"
+    else:
+        where = "(no local model folder, no server to ask)"
     print(f"alight: proxy.continuation: render, not exact: no end-of-turn tokens found {where}; every call is "
           "rendered from its messages", file=sys.stderr, flush=True)
     proxy_settings.continuation = "render"
@@ -146,11 +164,13 @@ async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_set
                         on_budget_exceeded: Callable[[str, str], None] | None = None,
                         upstream: "PolicyServer | Any | None" = None,
                         upstream_api_key: str | None = None,
-                        model: "Path | str | None" = None) -> AsyncIterator["Proxy"]:
+                        model: "Path | str | None" = None,
+                        served_model: str | None = None) -> AsyncIterator["Proxy"]:
     """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit. `upstream`: the
     policy server behind it, when there is one: its API key (else `upstream_api_key`, serve.api_key for servers
     alight did not start) goes on every upstream request, and a replica of it whose process exited stays out of
     the proxy's routing (proxy/routing.py)."""
+    from agentlightning_cli.proxy.probe import server_root
     from agentlightning_cli.proxy.server import Proxy
 
     kwargs: dict[str, Any] = {"policy": policy, "ad_hoc": ad_hoc,
@@ -158,7 +178,11 @@ async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_set
                               "replica_exited": getattr(upstream, "exit_code", None)}
     if ad_hoc_scope is not None:
         kwargs["ad_hoc_scope"] = ad_hoc_scope
-    kwargs["eot_ids"] = continuation_eot_ids(proxy_settings, model or getattr(upstream, "model", None))
+    name = policy or served_model
+    urls = [upstream_url] if isinstance(upstream_url, str) else list(upstream_url)
+    servers = [(server_root(url), name) for url in urls] if name else []
+    kwargs["eot_ids"] = continuation_eot_ids(proxy_settings, model or getattr(upstream, "model", None), servers,
+                                             kwargs["upstream_api_key"])
     proxy = Proxy(store, upstream_url, proxy_settings, **kwargs)
     if on_budget_exceeded is not None:
         proxy.on_budget_exceeded = on_budget_exceeded

@@ -36,7 +36,7 @@ TOKEN_LINES = """\
 
 
 async def serve(settings: Settings, upstream: str | list[str], served: str, store_dir: Path,
-                model: str | None) -> None:
+                model: str | None, served_model: str | None = None) -> None:
     from agentlightning_cli.store import Store
 
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,8 @@ async def serve(settings: Settings, upstream: str | list[str], served: str, stor
 
     try:
         await lifecycle.serve_proxy(store, upstream, settings.proxy, name="alight proxy", banner=text,
-                                    policy=model, ad_hoc=True, upstream_api_key=settings.serve.api_key)
+                                    policy=model, ad_hoc=True, upstream_api_key=settings.serve.api_key,
+                                    served_model=served_model)
     finally:
         store.close()
 
@@ -79,7 +80,9 @@ def run(settings: Settings, upstream: str | list[str], store_dir: Path, model: s
     served = described[0] if len(set(described)) == 1 else "; ".join(
         f"{server_root(u)}: {d}" for u, d in zip(upstreams, described))
     roots = [server_root(u) for u in upstreams]
-    lifecycle.run_loop(serve(settings, roots if len(roots) > 1 else roots[0], served, store_dir, model))
+    # The model name to ask the servers under (their end-of-turn ids, when exact continuation is on).
+    served_model = model or next((info.models[0] for info in infos if info.models), None)
+    lifecycle.run_loop(serve(settings, roots if len(roots) > 1 else roots[0], served, store_dir, model, served_model))
 
 
 def _continuation(settings: Settings, infos: list | None, model: str | None) -> str:

@@ -8,6 +8,11 @@ continuation will: render a one-message chat, generate one token from the render
 (with the chat request: a server with a tool or reasoning parser refuses derender without it). Synchronous
 (urllib), like proxy/logprobs_mode.py: commands call it before their event loop starts.
 
+End-of-turn ids (`server_end_of_turn_ids`): exact continuation splits prompts into turns at them. Where the
+proxy has no local tokenizer (a server alight did not start, `alight proxy --upstream`), the server says which
+they are: the template's own end-of-turn token (the id right after an assistant turn's text in a render of a
+two-turn chat) and the usual end-of-turn names that are one token in its vocabulary (/tokenize).
+
 Resolution (`resolve_continuation`): `render` asked -> render, nothing probed; `exact` asked -> exact, or
 AlightError naming the flag when a server lacks the endpoints; unset -> exact where every server answers them,
 else render with one line saying why.
@@ -112,3 +117,45 @@ def resolve_continuation(asked: str | None, servers: list[tuple[str, str]], api_
                           fix or f"restart vLLM with {FLAG} (vLLM >= 0.30), or set proxy.continuation: render")
     return Continuation("render", f"proxy.continuation: render, not exact ({what}); start vLLM with {FLAG} for "
                                   "exact continuation")
+
+
+TOKENIZE = "/tokenize"
+
+
+def _ids(root: str, path: str, body: dict, api_key: str | None, timeout_s: float, key: str) -> list[int] | None:
+    status, text = _post(root, path, body, api_key, timeout_s)
+    if status != 200:
+        return None
+    ids = json.loads(text).get(key)
+    return ids if isinstance(ids, list) and all(isinstance(i, int) for i in ids) else None
+
+
+def server_end_of_turn_ids(root: str, model: str, names: tuple[str, ...], api_key: str | None = None,
+                           timeout_s: float = TIMEOUT_S) -> frozenset[int]:
+    """The end-of-turn ids of the model served at `root` as `model`, asked of the server (empty when it cannot
+    say): each of `names` that is a single token of its vocabulary, and the token the chat template closes an
+    assistant turn with, read from a render of [user, assistant] against the render of [user] + the generation
+    prompt (the assistant text's own ids between them, then the closing token)."""
+    found: set[int] = set()
+    try:
+        for name in names:
+            ids = _ids(root, TOKENIZE, {"model": model, "prompt": name, "add_special_tokens": False}, api_key,
+                       timeout_s, "tokens")
+            if ids is not None and len(ids) == 1:
+                found.add(ids[0])
+        user = [{"role": "user", "content": "hi"}]
+        text = "ok"
+        opened = _ids(root, RENDER, {"model": model, "messages": user, "add_generation_prompt": True}, api_key,
+                      timeout_s, "token_ids")
+        closed = _ids(root, RENDER, {"model": model, "messages": [*user, {"role": "assistant", "content": text}],
+                                     "add_generation_prompt": False}, api_key, timeout_s, "token_ids")
+        own = _ids(root, TOKENIZE, {"model": model, "prompt": text, "add_special_tokens": False}, api_key, timeout_s,
+                   "tokens")
+        if opened and closed and own and closed[:len(opened)] == opened:
+            after = closed[len(opened):]
+            if after[:len(own)] == own and len(after) > len(own):
+                found.add(after[len(own)])
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise AlightError(f"asking {root} for the model's end-of-turn tokens failed ({exc})",
+                          "check that the upstream is up, or set proxy.continuation: render") from exc
+    return frozenset(found)
