@@ -170,6 +170,34 @@ def round_stats(run_dir: Path) -> list[dict[str, Any]]:
         store.close()
 
 
+# Outcomes that say the machine, not the policy, failed an episode: with one command per episode a healthy machine
+# never reaches a task's 300 s limit, and a busy one (a load far above its cores) does, with 0 calls — a reward 0
+# the model never earned. A run with any of them is not stored.
+MACHINE_OUTCOMES = ("timeout", "harness_error", "no_calls", "interrupted", "setup_failed")
+
+
+def episode_outcomes(run_dir: Path) -> dict[str, int]:
+    """How many episodes of every round (training and evaluation) ended with each outcome."""
+    from collections import Counter
+
+    from agentlightning_cli.store import Store
+
+    store = Store.open(run_dir)
+    try:
+        run = store.list_runs()[0]
+        counts: Counter = Counter()
+        for kind in ("train", "eval"):
+            for rnd in store.list_rounds(run.id, kind=kind):
+                counts.update(e.outcome or e.status for e in store.list_episodes(run_id=run.id, round_id=rnd.id))
+        return dict(sorted(counts.items()))
+    finally:
+        store.close()
+
+
+def machine_failures(outcomes: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in outcomes.items() if k in MACHINE_OUTCOMES and v}
+
+
 # ---- the results file (pure: tests/test_bench_learn.py) ---------------------------------------------------------
 
 EVALUATION_KEYS = ("round", "trainings", "policy", "episodes", "unscored", "k", "pass_at_1", "pass_at_k",
@@ -365,6 +393,7 @@ def main() -> None:
                                               "temporary folder; the same command resumes a stopped run)")
     ap.add_argument("--replace", action="store_true", help="run an arm and seed already in the results again")
     ap.add_argument("--note", help="free text stored with this run")
+    ap.add_argument("--busy-ok", action="store_true", help="start even when the load is above the core count")
     ap.add_argument("--summary", action="store_true", help="print the stored runs' summary and stop")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -393,11 +422,23 @@ def main() -> None:
         (work / "alight.yaml").write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
         cmd = command(config, args.seed, work / "run", heldout_file(config, work))
         print(f"[learn] arm {args.arm} seed {args.seed} in {work}: alight {' '.join(cmd)}", file=sys.stderr)
+        load = os.getloadavg()[0]
+        if load > (os.cpu_count() or 1) and not args.busy_ok:
+            raise SystemExit(f"the machine is busy (load {load:.1f} on {os.cpu_count()} cores): episodes would time "
+                             "out for want of CPU and score 0. Run it alone, or pass --busy-ok (a run with "
+                             "timed-out episodes is not stored either way)")
         started = time.perf_counter()
         summary = run_alight(cmd, work, work / "alight.log")
+        outcomes = episode_outcomes(work / "run")
+        failed = machine_failures(outcomes)
+        if failed:
+            raise SystemExit(f"not stored: {failed} episode(s) ended for reasons of the machine, not the policy "
+                             f"(all outcomes: {outcomes}); the machine was too busy? Rerun alone with --replace "
+                             f"and another --work (this run's folder: {work})")
         entry = run_entry(summary, arm=args.arm, seed=args.seed, rounds=round_stats(work / "run"),
                           seconds=time.perf_counter() - started, command=["alight", *cmd], settings=settings,
                           note=args.note)
+        entry["outcomes"] = outcomes
         results = merge(existing, entry, config, replace=args.replace)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(json.dumps(results, indent=2) + "\n")
