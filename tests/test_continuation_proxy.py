@@ -315,3 +315,154 @@ def test_anthropic_messages_and_openai_responses_continue_on_the_canonical_chat_
     assert [r0.continuation["kind"], r1.continuation["kind"]] == ["start", "continue"], r1.continuation
     assert r1.prompt_token_ids[:len(r0.prompt_token_ids) + len(r0.completion_token_ids)] == \
         r0.prompt_token_ids + r0.completion_token_ids
+
+
+def sampled_positions(row) -> list[tuple[str, int]]:
+    """(call id, index in that call's sampled ids) of each mask-1 position of a row, in order."""
+    runs, start = [], None
+    for i, m in enumerate([*row.mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    assert len(runs) == len(row.call_ids), (runs, row.call_ids)
+    return [(cid, j) for cid, (s, e) in zip(row.call_ids, runs) for j in range(e - s)]
+
+
+def test_sub_agents_interleaved_and_a_fork_make_one_row_per_conversation_and_are_counted(rewriting_vllm, tmp_path):
+    """The sub-agent pattern: a harness opens two conversations (different first user turns, same system and
+    tools) and interleaves them, A1 B1 A2 B2 A3, then resends A2's request with its user turn edited (a fork). The
+    trainer's rows are the two conversations + the fork's row; the fork is counted with its reason; no sampled
+    token is in two rows; every trained span is what vLLM sampled for that call. `alight inspect` shows the counts
+    (episode) and each call's decision (call view)."""
+    from agentlightning_cli.commands.inspect import show_call, show_episode
+    from agentlightning_cli.inspect import text
+    from agentlightning_cli.inspect.source import RunSource
+
+    server, model = rewriting_vllm
+
+    def script(proxy):
+        client = Client(proxy, "ep")
+        a = [SYSTEM, {"role": "user", "content": QUESTIONS[0]}]
+        b = [SYSTEM, {"role": "user", "content": QUESTIONS[1]}]
+        sent = {}
+
+        def turn(name, messages, seed, question):
+            reply = client.chat(messages, seed=seed)
+            sent[name] = messages
+            return [*messages, {"role": "assistant", "content": reply["content"]},
+                    {"role": "user", "content": question}]
+
+        a = turn("A1", a, 21, QUESTIONS[2])
+        b = turn("B1", b, 22, QUESTIONS[3])
+        a = turn("A2", a, 23, QUESTIONS[4])
+        b = turn("B2", b, 24, QUESTIONS[5])
+        turn("A3", a, 25, QUESTIONS[6])
+        edited = [*sent["A2"][:-1], {"role": "user", "content": QUESTIONS[7]}]  # A2's user turn edited
+        turn("F", edited, 26, QUESTIONS[0])
+
+    store, _ = in_proxy(server, model, tmp_path / "store", "exact", script)
+    calls, report = rows_of(store, "ep", model)
+    a1, b1, a2, b2, a3, f = calls
+    assert all(c.status == "ok" for c in calls)
+    decisions = [(c.continuation["kind"], c.continuation["reason"]) for c in calls]
+    assert decisions == [("start", None), ("start", None), ("continue", None), ("continue", None),
+                         ("continue", None), ("fork", "edited")], decisions
+    chain_a, chain_b = a1.continuation["chain"], b1.continuation["chain"]
+    assert chain_a != chain_b and a2.continuation["chain"] == a3.continuation["chain"] == chain_a
+    assert b2.continuation["chain"] == chain_b and f.continuation["parent"] == chain_a
+    assert f.continuation["chain"] not in (None, chain_a, chain_b)
+
+    # Rows: one per conversation opened + the fork's.
+    assert [r.call_ids for r in report.rows] == [[a1.id, a2.id, a3.id], [b1.id, b2.id], [f.id]], report.rows
+    assert len(report.rows) == 2 + 1
+    counts = report.counts.to_dict()
+    assert (counts["mode"], counts["calls"], counts["conversations"]) == ("exact", 6, 2)
+    assert counts["forks"] == {"edited": 1} and counts["fallbacks"] == {}
+    assert counts["breaks"] == {"fork/edited": 1} and counts["breaks_per_100_calls"] == {"fork/edited": 16.67}
+    # No sampled token in two rows, and each trained span is exactly what vLLM's generate sampled for that call.
+    positions = [p for row in report.rows for p in sampled_positions(row)]
+    assert len(positions) == len(set(positions)) == sum(len(c.completion_token_ids) for c in calls)
+    by_id = {c.id: c for c in calls}
+    for row in report.rows:
+        trained = [t for t, m in zip(row.completion_ids, row.mask) if m]
+        generated = [json.loads(by_id[cid].upstream_response)["choices"][0] for cid in row.call_ids]
+        sampled = [t for choice in generated for t in choice["token_ids"]]
+        assert trained == sampled
+    # The fork's prompt holds A1's reply as context (mask 0), never as a trained span of its row.
+    [span] = f.continuation["masked_spans"]
+    assert f.prompt_token_ids[span[0]:span[1]] == a1.completion_token_ids and span[1] <= len(report.rows[2].prompt_ids)
+
+    # alight inspect: the episode's counts (JSON and text) and the fork's decision (call view, JSON and text).
+    with RunSource.open(tmp_path / "store") as src:
+        episode = show_episode(src, "ep")
+        call = show_call(src, f.id, raw=True)
+    assert episode["rows"]["conversations"] == counts and len(episode["rows"]["rows"]) == 3
+    assert f"conversations exact: 2 conversations in 6 calls; forks edited 1; fallbacks none; breaks per 100" \
+           f" calls fork/edited 16.67" in text.episode_text(episode)
+    cont = call["continuation"]
+    assert (cont["mode"], cont["kind"], cont["reason"], cont["parent"]) == ("exact", "fork", "edited", chain_a)
+    assert cont["shared_turns"] == f.continuation["shared_messages"] and cont["plain_len"] > 0
+    assert cont["sampling_params"]["temperature"] == 0.7 and cont["sampling_params"]["max_tokens"] == 64
+    assert isinstance(cont["normalisations"], dict)
+    for d in cont["differs"]:  # the template rewrote A1's reply in the plain render: the segment kept verbatim
+        assert d["prompt_ids"] == f.prompt_token_ids[d["prompt"][0]:d["prompt"][1]]
+    assert cont["first_difference"] is not None and cont["differs"]
+    shown = text.call_text(call)
+    assert "continuation: exact · fork (edited)" in shown and f"parent {chain_a}" in shown
+    assert "sent to generate: " in shown and "differs from the plain render" in shown
+
+
+def test_a_request_continuing_a_tip_while_another_is_in_flight_forks_as_parallel(rewriting_vllm, tmp_path):
+    """A streams (its first SSE chunk read, so it is in flight); B sends the same history + another new turn: B
+    forks as `parallel` on the same continued ids with A's chain as parent; once A has ended, a request continuing
+    A's reply continues A's chain."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    server, model = rewriting_vllm
+
+    def script(proxy):
+        client = Client(proxy, "ep")
+        first = [SYSTEM, {"role": "user", "content": QUESTIONS[0]}]
+        reply = client.chat(first, seed=31)
+        history = [*first, {"role": "assistant", "content": reply["content"]}]
+        # A long answer (counting), so A is still generating when B arrives.
+        a_msgs = [*history, {"role": "user", "content": "Count from 1 to 40, separated by commas."}]
+        url = urlsplit(client.url)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=300)
+        conn.request("POST", url.path, json.dumps({
+            "model": "gpt-4o", "messages": a_msgs, "temperature": 0.7, "max_tokens": 256, "seed": 32,
+            "stream": True}), {"Content-Type": "application/json", "Authorization": f"Bearer {client.key}"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        line = resp.readline()
+        while not line.startswith(b"data: "):
+            line = resp.readline()  # A's first chunk: A is in flight
+        b = client.chat([*history, {"role": "user", "content": QUESTIONS[1]}], seed=33)
+        rest = line + resp.read()
+        conn.close()
+        a_text = "".join((e["choices"][0]["delta"].get("content") or "") for e in sse_events(rest)
+                         if e.get("choices"))
+        c = client.chat([*a_msgs, {"role": "assistant", "content": a_text},
+                         {"role": "user", "content": QUESTIONS[2]}], seed=34)
+        return b, c
+
+    store, _ = in_proxy(server, model, tmp_path / "store", "exact", script)
+    calls = store.get_calls("ep")  # in the order they were recorded: A's record comes when its stream ends
+    [a] = [x for x in calls if x.stream]
+    first, b, c = [x for x in calls if not x.stream]
+    assert all(x.status == "ok" for x in calls) and len(calls) == 4
+    assert b.started_at < a.ended_at  # B really came while A was in flight (precondition of this test)
+    assert a.finish_reason == "stop", a.finish_reason  # A closed its turn: C can continue it
+    chain = first.continuation["chain"]
+    assert (a.continuation["kind"], a.continuation["chain"]) == ("continue", chain)
+    assert (b.continuation["kind"], b.continuation["reason"], b.continuation["parent"]) == ("fork", "parallel", chain)
+    assert b.continuation["chain"] not in (None, chain)
+    tip = first.prompt_token_ids + first.completion_token_ids
+    assert b.prompt_token_ids[:len(tip)] == tip == a.prompt_token_ids[:len(tip)]  # the same continued ids
+    assert b.continuation["masked_spans"] == [[len(first.prompt_token_ids), len(tip)]]
+    assert (c.continuation["kind"], c.continuation["chain"]) == ("continue", chain), c.continuation
+    assert c.prompt_token_ids[:len(a.prompt_token_ids) + len(a.completion_token_ids)] == \
+        a.prompt_token_ids + a.completion_token_ids

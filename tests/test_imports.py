@@ -5,7 +5,7 @@ constant prefix names the package it reaches into). Only `if TYPE_CHECKING:` blo
 
 Layers (ARCHITECTURE.md, docs/contracts.md), top to bottom; an import may point down or sideways, never up:
   0  testing/ (the shipped test environments stand on the product; nothing of the product imports them),
-     cli, __main__
+     cli, __main__, docgen/ (the documentation pages generated from the app, the settings and the errors)
   1  commands/
   2  rollout/, train/, inspect/
   3  harness/, sandbox/, proxy/, serve/, scripted/ (the scripted upstream), tasks/, reward
@@ -26,7 +26,7 @@ PACKAGE = "agentlightning_cli"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 LAYERS = {
-    "testing": 0, "cli": 0, "__main__": 0,
+    "testing": 0, "cli": 0, "__main__": 0, "docgen": 0,
     "commands": 1,
     "rollout": 2, "train": 2, "inspect": 2,
     "harness": 3, "sandbox": 3, "proxy": 3, "serve": 3, "scripted": 3, "tasks": 3, "reward": 3,
@@ -34,7 +34,7 @@ LAYERS = {
     "store": 4, "config": 4, "config_paths": 4, "run_snapshot": 4, "errors": 4, "process": 4, "yaml_files": 4, "logs": 4, "masking": 4, "local_http": 4, "": 4,
 }
 FORBIDDEN_SIDEWAYS = {
-    "cli": {"testing"}, "__main__": {"testing"},
+    "cli": {"testing", "docgen"}, "__main__": {"testing", "docgen"},
     "scripted": {"harness", "sandbox", "proxy", "serve", "tasks", "reward", "swebench_grade"},
     "harness": {"proxy", "serve"},
     "serve": {"proxy", "harness"},

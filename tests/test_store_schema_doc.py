@@ -1,4 +1,5 @@
-"""The README's store schema section is generated from the migrations and must be current."""
+"""The docs' store schema section (docs/reference/store-schema.md) is generated from the migrations and must be
+current."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from pathlib import Path
 from agentlightning_cli.store.migrations import MIGRATIONS
 from agentlightning_cli.store.schema_doc import END, START, main, render_schema
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "store-schema.md"
 
 
-def test_readme_schema_section_is_up_to_date():
-    text = README.read_text(encoding="utf-8")
-    assert START in text and END in text, "README.md needs the schema markers"
+def test_docs_schema_section_is_up_to_date():
+    text = DOC.read_text(encoding="utf-8")
+    assert START in text and END in text, f"{DOC} needs the schema markers"
     section = text.split(START, 1)[1].split(END, 1)[0]
     assert section == "\n" + render_schema(), (
-        "README.md's store schema is out of date: run `python -m agentlightning_cli.store.schema_doc --write`"
+        "docs/reference/store-schema.md's store schema is out of date: run `python -m agentlightning_cli.store.schema_doc --write`"
     )
 
 
@@ -32,13 +33,13 @@ def test_rendered_schema_shows_every_table_migration_and_why_comment():
     assert "prompt_tail        BLOB,            -- little-endian uint32 token ids" in doc
 
 
-def test_write_refreshes_and_check_detects_a_stale_readme(tmp_path: Path):
-    readme = tmp_path / "README.md"
+def test_write_refreshes_and_check_detects_a_stale_page(tmp_path: Path):
+    readme = tmp_path / "store-schema.md"
     readme.write_text(f"# x\n\n{START}\nold schema\n{END}\n\nafter\n", encoding="utf-8")
-    assert main(["--readme", str(readme), "--check"]) == 1
-    assert main(["--readme", str(readme), "--write"]) == 0
+    assert main(["--doc", str(readme), "--check"]) == 1
+    assert main(["--doc", str(readme), "--write"]) == 0
     text = readme.read_text(encoding="utf-8")
     assert text == f"# x\n\n{START}\n{render_schema()}{END}\n\nafter\n"
-    result = subprocess.run([sys.executable, "-m", "agentlightning_cli.store.schema_doc", "--readme", str(readme),
+    result = subprocess.run([sys.executable, "-m", "agentlightning_cli.store.schema_doc", "--doc", str(readme),
                              "--check"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -51,7 +51,7 @@ def test_invalid_set_exits_1_listing_every_problem(tmp_path: Path) -> None:
     assert set(data) == {"file", "ok", "tasks", "problems", "warnings", "summary"}
     assert data["file"] == str(f) and data["ok"] is False and data["tasks"] == 0
     assert [(p["line"], p["field"]) for p in data["problems"]] == [(1, "prompt"), (2, None), (3, "timeout_s")]
-    assert all(set(p) == {"line", "field", "message"} for p in data["problems"])
+    assert all(set(p) == {"file", "line", "field", "message"} for p in data["problems"])
 
 
 def test_bom_warning_is_shown_but_valid(tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ def test_json_report_shape(tmp_path: Path) -> None:
     data = check_task_file(f).to_json()
     assert set(data) == {"file", "ok", "tasks", "problems", "warnings", "summary"}
     assert data["file"] == str(f) and data["ok"] is False and data["tasks"] == 1
-    assert data["problems"][0] == {"line": 2, "field": "prompt", "message": "missing (required)"}
+    assert data["problems"][0] == {"file": str(f), "line": 2, "field": "prompt", "message": "missing (required)"}
     assert data["summary"]["kinds"] == {"own": 1} and data["summary"]["reward_kinds"] == {"command": 1}
     json.dumps(data)
 

@@ -12,7 +12,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.serve.template_choice import choose_template
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.train.round_step import NothingToTrain, train_round
-from train_support import call_record, new_run, record_round, small_settings
+from train_support import call_record, new_run, record_exact_round, record_round, small_settings
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +176,47 @@ def test_a_round_sampled_greedily_says_so(tmp_path: Path, tiny: Path):
     with pytest.raises(NothingToTrain, match="greedy calls: 2") as err:
         train_round(store, run.id, 0, base_model=tiny, settings=small_settings(), out_dir=tmp_path / "a")
     assert "temperature 0" in err.value.hint
+
+
+def test_alight_train_and_inspect_count_conversations_forks_and_breaks_of_exact_continuation(tmp_path: Path,
+                                                                                             tiny: Path):
+    """Exact continuation's records (two interleaved conversations + a fork per episode, as the proxy writes them):
+    one row per conversation + one per fork, whatever came between; `alight train` (JSON and text) and `alight
+    inspect` (stats, episode) count conversations, forks by reason and breaks per 100 calls of every kind."""
+    import json
+
+    from agentlightning_cli.commands.train import render
+    from agentlightning_cli.train.round_step import TrainReport
+
+    store, run = new_run(tmp_path)
+    record_exact_round(store, run.id, 0, attempts=2)
+    episode = store.list_episodes(run_id=run.id)[0].id
+    store.close()
+    result = alight_train(tmp_path, "r", "--base-model", str(tiny), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["rows"], report["calls"]) == (12, 24)  # 4 episodes x (2 conversations + 1 fork)
+    assert report["break_reasons"] == {"fork/edited": 4}
+    counts = {"mode": "exact", "calls": 24, "exact_calls": 24, "render_calls": 0, "conversations": 8,
+              "forks": {"edited": 4}, "fallbacks": {}, "breaks": {"fork/edited": 4},
+              "breaks_per_100_calls": {"fork/edited": 16.67}, "breaks_per_100_calls_total": 16.67}
+    assert report["conversations"] == counts
+    # The text summary `alight train` prints for the same report (commands/train.render, as the CLI calls it).
+    fields = {k: v for k, v in report.items() if k != "calls_per_row"}
+    text = render(TrainReport(**{**fields, "adapter_dir": Path(report["adapter_dir"])}))
+    assert ("conversations exact: 8 conversations in 24 calls; forks edited 4; fallbacks none; breaks per 100"
+            " calls fork/edited 16.67") in text, text
+    inspect = [sys.executable, "-m", "agentlightning_cli", "inspect"]
+    stats = subprocess.run([*inspect, "stats", "r", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["rounds"][0]["conversations"] == counts
+    shown = subprocess.run([*inspect, "stats", "r"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "round 0 trained: conversations exact: 8 conversations in 24 calls" in shown.stdout, shown.stdout
+    ep = subprocess.run([*inspect, "show", episode, "--run", "r", "--json"], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=300)
+    assert ep.returncode == 0, ep.stderr
+    rows = json.loads(ep.stdout)["rows"]
+    assert len(rows["rows"]) == 3 and [r["calls"] for r in rows["rows"]] == [[0, 2, 4], [1, 3], [5]]
+    assert rows["conversations"] == {**counts, "calls": 6, "exact_calls": 6, "conversations": 2, "forks": {"edited": 1},
+                                     "breaks": {"fork/edited": 1}, "breaks_per_100_calls": {"fork/edited": 16.67}}

@@ -164,3 +164,39 @@ def test_greedy_calls_are_never_trained_and_stay_as_context():
     assert row.mask == [1, 1] + [0] * (len(gap) + 2 + len(gap)) + [1, 1]  # the greedy reply is context
     calls[0].sampling = calls[2].sampling = {"temperature": 0.0}
     assert build_rows("ep", calls, CTX).rows == []  # all greedy: nothing trains at temperature 0
+
+
+def _exact(call: FakeCall, kind: str, chain: str | None, reason: str | None = None, parent: str | None = None):
+    call.continuation = {"mode": "exact", "kind": kind, "reason": reason, "chain": chain, "parent": parent}
+    return call
+
+
+def test_exactly_continued_calls_join_their_own_conversations_row_and_forks_and_fallbacks_are_labelled():
+    """Exact continuation: a continue joins its chain's row wherever another conversation's calls came between; a
+    start opens a row without a break; a fork opens one with break `fork/<reason>`; a fallback joins its parent's
+    row when its prompt still continues it, else breaks as `fallback/<reason>`. Counted per kind."""
+    other = [1, 10, 2, 21, 3, 2] + GEN  # another first user turn: a sub-agent
+    a1 = _exact(FakeCall(SYS_USER + GEN, [13, 3], id="a1"), "start", "c1")
+    b1 = _exact(FakeCall(other, [20, 3], id="b1"), "start", "c2")
+    a2 = _exact(FakeCall(SYS_USER + GEN + [13, 3] + TOOL + GEN, [16, 3], id="a2"), "continue", "c1")
+    b2 = _exact(FakeCall(other + [20, 3] + TOOL + GEN, [12, 3], id="b2"), "fallback", "c3", "unclosed", "c2")
+    fork = _exact(FakeCall(SYS_USER + GEN + [13, 3] + [2, 1, 10, 2, 21, 3, 2] + GEN, [20, 3], id="f"),
+                  "fork", "c4", "edited", "c1")
+    skew = _exact(FakeCall(other + [12, 12, 3] + GEN, [13, 3], id="s"), "fallback", "c5", "skew", "c3")
+    a3 = _exact(FakeCall(a2.prompt_token_ids + [16, 3] + TOOL + GEN, [13, 3], id="a3"), "continue", "c1")
+    report = build_rows("ep", [a1, b1, a2, b2, fork, skew, a3], CTX)
+    assert [r.call_ids for r in report.rows] == [["a1", "a2", "a3"], ["b1", "b2"], ["f"], ["s"]]
+    assert [r.split for r in report.rows] == [None, "start", "fork/edited", "fallback/skew"]
+    assert report.breaks == {"fork/edited": 1, "fallback/skew": 1}
+    counts = report.counts.to_dict()
+    assert (counts["mode"], counts["calls"], counts["conversations"]) == ("exact", 7, 2)
+    assert counts["forks"] == {"edited": 1} and counts["fallbacks"] == {"unclosed": 1, "skew": 1}
+    assert counts["breaks_per_100_calls"] == {"fallback/skew": 14.29, "fork/edited": 14.29}
+    # The same ids as render traffic (no decisions): the prefix rule against the call before breaks at every switch.
+    for call in (a1, b1, a2, b2, fork, skew, a3):
+        call.continuation = None
+    render = build_rows("ep", [a1, b1, a2, b2, fork, skew, a3], CTX)
+    assert len(render.rows) == 7 and sum(render.breaks.values()) == 6
+    counts = render.counts.to_dict()
+    assert (counts["mode"], counts["conversations"], counts["forks"]) == ("render", 7, {})
+    assert counts["breaks"] == dict(render.breaks) and counts["breaks_per_100_calls_total"] == round(600 / 7, 2)

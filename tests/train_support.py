@@ -55,3 +55,43 @@ def record_round(store: Store, run_id: str, index: int, *, tasks: int = 2, attem
 def new_run(tmp_path: Path, name: str = "r") -> tuple[Store, Any]:
     store = Store.open(tmp_path / "runs" / name)
     return store, store.create_run(name, {})
+
+
+def record_exact_round(store: Store, run_id: str, index: int, *, tasks: int = 2, attempts: int = 4,
+                       seed: int = 0) -> Any:
+    """A round recorded under exact continuation, each episode as the proxy records the sub-agent pattern
+    (tests/test_continuation_proxy.py has it live): two conversations interleaved, A1 B1 A2 B2 A3, then a fork of
+    A at A2's request with its user turn edited. `calls.continuation` as the proxy writes it; id 2 ends a turn."""
+    rng = random.Random(seed)
+    rnd = store.create_round(run_id, index, f"policy-r{index}", None)
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(5, 4000) for _ in range(n)]
+
+    for task in range(tasks):
+        system = [1] + ids(8)
+        for attempt in range(attempts):
+            ep = store.create_episode(run_id, rnd.id, f"task-{task}", attempt, "h", "k")
+            prompts = {"c1": system + ids(5), "c2": system + ids(5)}
+
+            def add(chain: str, kind: str, prompt: list[int], reason: str | None = None,
+                    parent: str | None = None, masked: list | None = None) -> list[int]:
+                completion = ids(6) + [2]
+                record = call_record(ep.id, prompt, completion)
+                record.continuation = {"mode": "exact", "kind": kind, "reason": reason, "chain": chain,
+                                       "parent": parent, "sampled_spans": [], "masked_spans": masked or [],
+                                       "normalisations": {}, "shared_messages": 0, "mismatch": None, "differs": [],
+                                       "first_difference": None, "plain_len": len(prompt),
+                                       "sampling_params": {"temperature": 1.0}}
+                store.add_call(record)
+                return prompt + completion
+
+            a1 = add("c1", "start", prompts["c1"])
+            b1 = add("c2", "start", prompts["c2"])
+            a2 = add("c1", "continue", a1 + ids(4))
+            add("c2", "continue", b1 + ids(4))
+            add("c1", "continue", a2 + ids(4))
+            span = [len(prompts["c1"]), len(a1)]
+            add("c3", "fork", a1 + ids(4), reason="edited", parent="c1", masked=[span])
+            store.update_episode(ep.id, status="done", outcome="finished", reward=float(attempt % 2))
+    return rnd

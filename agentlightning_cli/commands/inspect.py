@@ -130,13 +130,20 @@ def export(run: str | None, runs_dir: Path, fmt: str, out: Path | None, round_in
     from agentlightning_cli.inspect.export import open_output, write_jsonl
     from agentlightning_cli.inspect.har import write_har
 
-    if fmt not in ("har", "jsonl", "swebench"):
-        raise AlightError(f"unknown export format {fmt!r}", hint="use --format har, jsonl or swebench")
+    if fmt not in ("har", "jsonl", "swebench", "atif"):
+        raise AlightError(f"unknown export format {fmt!r}", hint="use --format har, jsonl, swebench or atif")
     with _open(run, runs_dir) as src:
         episodes = filter_episodes(src.store.episode_summaries(), round_index)
         episodes = [s for s in episodes if attempt is None or s.episode.attempt == attempt]
         if fmt == "swebench":
             return _export_predictions(src, episodes, out, model_name)
+        if fmt == "atif":
+            from agentlightning_cli.inspect.atif import write_atif
+
+            written, skipped = write_atif(src, episodes, out)
+            left = f"; left out {skipped} episode(s) without model calls (ATIF needs a step)" if skipped else ""
+            _note(f"wrote {written} ATIF trajectories{f' to {out}' if out else ''}{left}")
+            return written
         stream = open_output(out)
         try:
             count = (write_har if fmt == "har" else write_jsonl)(src, episodes, stream)
@@ -179,6 +186,9 @@ def stats(run: str | None, runs_dir: Path, plot: Path | None = None) -> dict[str
         steps = src.store.list_train_steps(src.run.id) if src.run else []
         held = evaluations(src.store, src.run.id) if src.run else []  # --eval-task-set: the held-out curve
         data = run_stats(src.name, rounds, src.store.episode_summaries(), steps, held)
+        for r in data["rounds"]:  # what the trainer counted (train/conversations.py); null: not trained (yet)
+            trained = src.store.get_train_round(src.run.id, r["round"]) if src.run and r["round"] is not None else None
+            r["conversations"] = (trained.detail or {}).get("conversations") if trained is not None else None
     if plot is not None:
         from agentlightning_cli.inspect.plot import write_plot
 

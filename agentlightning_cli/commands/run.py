@@ -317,7 +317,12 @@ async def _serve_round(settings: Settings, opts: RunOptions, store: Store, run_c
     stopper = EpisodeStopper()  # the proxy stops an episode over budget; the episodes' runners listen
     async with lifecycle.proxy_running(store, upstream_url, settings.proxy, policy=policy_name, ad_hoc=False,
                                        on_budget_exceeded=stopper, upstream=policy,
-                                       upstream_api_key=settings.serve.api_key) as proxy:
+                                       upstream_api_key=settings.serve.api_key,
+                                       # --upstream URL --model DIR: the end-of-turn ids of exact continuation come
+                                       # from DIR in a run of one round too (no RemotePolicy holds it then)
+                                       model=model,
+                                       # without DIR, the servers say which ids end a turn (under the probed name)
+                                       served_model=probe.model if probe is not None else None) as proxy:
         shared = run_context(proxy=proxy, stopper=stopper)
         if shared.executor is not None:
             shared.executor.set_proxy(proxy.base_url)

@@ -80,10 +80,8 @@ def check_numbers(opts: RunOptions) -> None:
         raise AlightError(f"--executor must be local or ray, not {opts.executor!r}")
     if opts.ray_address is not None and opts.executor != "ray":
         raise AlightError("--ray-address needs --executor ray")
-    if opts.model is not None and opts.upstream is not None and opts.rounds == 1:
-        raise AlightError("--model and --upstream exclude each other in a run of one round",
-                          "--model starts vLLM with a local model; --upstream uses a server that is already running "
-                          "(with --rounds, --model names the model those servers serve, for the trainer)")
+    # --model with --upstream names the model those servers serve, in a run of one round too: its tokenizer gives
+    # exact continuation (proxy.continuation) its end-of-turn ids (without it, the servers are asked for them).
     if opts.rounds > 1 and importlib.util.find_spec(TRAINING_MODULE) is None:
         raise AlightError(f"--rounds {opts.rounds} needs training between rounds, which this version of alight does "
                           "not have yet (the `alight train` feature)", "run one round (--rounds 1) for now")
@@ -110,6 +108,9 @@ def load_task_subset(opts: RunOptions) -> list[Any]:
     tasks = load_tasks(opts.task_set, opts.swebench_mirror)
     if not tasks:
         raise AlightError(f"task set {opts.task_set} has no tasks", "add one JSON object per line")
+    from agentlightning_cli.tasks.harbor import refuse_running
+
+    refuse_running(opts.task_set, tasks)
     if opts.tasks:
         known = {t.id for t in tasks}
         unknown = [t for t in opts.tasks if t not in known]

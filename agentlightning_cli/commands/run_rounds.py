@@ -127,6 +127,10 @@ async def train_between(settings: Settings, ctx: RunContext, policy: PolicyServe
                          training_metrics(store, ctx.run_id, index, swap_seconds=swap))
     note = (f"round {index} -> {index + 1}: trained {report.rows} rows from {report.calls} calls in {report.steps} "
             f"steps ({report.seconds:.0f} s); serving {name}")
+    if report.conversations:  # issue 34: conversations, forks, fallbacks, breaks per 100 calls of every kind
+        from agentlightning_cli.train.conversations import ConversationCounts
+
+        note += f"; conversations {ConversationCounts.from_dict(report.conversations).line()}"
     say(note)
     return note
 

@@ -123,6 +123,7 @@ def render(report: TrainReport) -> str:
         f"rows        {report.rows} from {report.calls} calls ({report.calls_per_row:.2f} calls per row,"
         f" merge={report.merge_rule})",
         f"breaks      {breaks}",
+        *([f"conversations {_conversations(report.conversations)}"] if report.conversations else []),
         f"dropped     {report.dropped_groups} groups; {dropped}",
         f"temperature {report.temperature}    chat template: {report.chat_template or 'unknown'}",
     ]
@@ -137,3 +138,11 @@ def render(report: TrainReport) -> str:
     lines.append(f"adapter     {report.adapter_dir}"
                  + (f" (continued from {report.base_adapter})" if report.base_adapter else " (fresh LoRA)"))
     return "\n".join(lines) + "\n"
+
+
+def _conversations(counts: dict) -> str:
+    """The round's conversations, forks, fallbacks and breaks per 100 calls of every kind (train/conversations.py);
+    under render the breaks are the trainer's labels, as the `breaks` line shows them."""
+    from agentlightning_cli.train.conversations import ConversationCounts
+
+    return ConversationCounts.from_dict(counts).line()

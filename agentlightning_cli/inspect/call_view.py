@@ -87,6 +87,9 @@ class CallScreen(Screen[None]):
             lines.append(Text(f"dropped by translation (recorded, not sent): {json.dumps(c['dropped'])}", style="yellow"))
         if c["error"]:
             lines.append(Text(f"error: {c['error']}", style="red"))
+        from agentlightning_cli.inspect.continuation import continuation_lines
+
+        lines += [Text(line, style="cyan") for line in continuation_lines(c["continuation"])]
         self.query_one("#head", Static).update(Text("\n").join(lines))
         self.sub_title = f"{len(c['messages'])} turns sent · l logprobs · w raw · e expand"
         self.query_one(StatusLine).say(self.sub_title)

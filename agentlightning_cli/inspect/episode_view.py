@@ -22,7 +22,7 @@ from agentlightning_cli.inspect.row_breaks import stored_episode_rows
 from agentlightning_cli.inspect.rows import merge_rows
 from agentlightning_cli.inspect.shapes import episode_duration
 from agentlightning_cli.inspect.source import RunSource
-from agentlightning_cli.inspect.text import cell, rows_lines
+from agentlightning_cli.inspect.text import cell, conversations_line, rows_lines
 from agentlightning_cli.inspect.training import episode_training, training_lines
 from agentlightning_cli.store import CallSummary
 
@@ -174,6 +174,9 @@ class EpisodeScreen(Screen[None]):
             out.append(Text(f"round {round_index} training: {trained.rows} rows from {trained.calls} calls"
                             f" ({trained.merge_rule} merge), breaks {json.dumps(trained.break_reasons)},"
                             f" dropped {json.dumps(trained.dropped)}"))
+            if (trained.detail or {}).get("conversations"):
+                out.append(Text(f"round {round_index} conversations"
+                                f" {conversations_line(trained.detail['conversations'])}"))
         return Text("\n").join(out)
 
     def on_paged_table_row_selected(self, event: PagedTable.RowSelected) -> None:

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import orjson
 
+from agentlightning_cli.inspect.continuation import continuation_json
 from agentlightning_cli.inspect.conversation import reply_turns, request_turns
 from agentlightning_cli.inspect.shapes import call_json
 from agentlightning_cli.inspect.source import RunSource
@@ -52,6 +53,7 @@ def jsonl_line(source: RunSource, ep: EpisodeSummary, summary: CallSummary, call
     out["prompt_token_ids"] = call.prompt_token_ids
     out["completion_token_ids"] = call.completion_token_ids
     out["completion_logprobs"] = call.completion_logprobs
+    out["continuation"] = continuation_json(call)  # which conversation, fork or fallback (null when rendered)
     return out
 
 

@@ -15,6 +15,7 @@ train_rounds.detail["breaks"]), and what the position alone tells. rows.py is th
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from agentlightning_cli.inspect.rows import Row, Rows
@@ -99,7 +100,8 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
     `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids).
     The rows are the trainer's own (train/rows.build_rows); this adds where and why each one started."""
     trainer_breaks = trainer_breaks or {}
-    built = build_rows("", calls, RowContext(eot_ids=eot_ids, max_tokens=max_tokens), merge).built
+    report = build_rows("", calls, RowContext(eot_ids=eot_ids, max_tokens=max_tokens), merge)
+    built = report.built
     by_id = {c.id: c for c in calls}
     kept_ids = {cid for row in built for cid in row.call_ids}
     kept = [c for c in calls if c.id in kept_ids]
@@ -130,11 +132,25 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
         rows.append(row)
     out = Rows(rows, skipped, merge=merge)
     out.details = details
+    counts = report.counts
+    if trainer_breaks:  # a prefix break by the trainer's label where it recorded one (it decodes; this does not)
+        counts.breaks = Counter(b["reason"] if "/" in b["reason"] else trainer_breaks.get(b["call_id"], b["reason"])
+                                for b in report.break_log)
+    out.counts = counts.to_dict()
     return out
 
 
 def _split_reason(split: str, call: Call, before: TrainRow, max_tokens: int | None) -> str:
-    """Why a call whose prompt continues the row before still starts a new one."""
+    """Why a call whose prompt continues the row before still starts a new one (or, for an exactly continued
+    call, why the proxy gave it a row of its own)."""
+    kind, _, why = split.partition("/")
+    if kind == "start":
+        return f"call {call.seq} opened another conversation (it shares no turn after the system text with any)"
+    if kind in ("fork", "fallback"):
+        from agentlightning_cli.proxy.continuation.chains import FORK_REASONS
+
+        told = FORK_REASONS.get(why, why) if kind == "fork" else why
+        return f"call {call.seq} is a {kind} ({why}): {told}"
     if split == "temperature":
         return (f"call {call.seq} was sampled at temperature {call_temperature(call)}, the row at"
                 f" {before.temperature}: one row trains at one temperature")

@@ -45,10 +45,13 @@ class Rows:
     merge: str = "strict"  # the merge rule the rows were built by
     details: dict[int, dict[str, Any]] = field(default_factory=dict)  # row index -> its break (row_breaks.py)
     note: str | None = None  # what the view could not reproduce of the trainer's rows, if anything
+    counts: dict[str, Any] | None = None
+    """Conversations, forks, fallbacks, breaks per 100 calls by kind (train/conversations.py; row_breaks.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"merge": self.merge, "note": self.note, "rows": [r.to_json(self.details.get(r.index)) for r in self.rows],
-                "skipped": [{"call": seq, "reason": why} for seq, why in sorted(self.skipped.items())]}
+                "skipped": [{"call": seq, "reason": why} for seq, why in sorted(self.skipped.items())],
+                "conversations": self.counts}
 
     def row_of(self, seq: int) -> Row | None:
         return next((r for r in self.rows if seq in r.calls), None)

@@ -72,6 +72,7 @@ def body_json(data: bytes | None) -> str | dict[str, str] | None:
 def call_detail_json(summary: CallSummary, call: Call, raw: bool = False) -> dict[str, Any]:
     """`show CALL --json`: the call shape plus the conversation as turns; `raw` adds exact bytes and ids."""
     # Imported here: `inspect list` needs only the shapes above, and starts ~30 ms sooner without these.
+    from agentlightning_cli.inspect.continuation import continuation_json
     from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
     from agentlightning_cli.inspect.tokens import completion_token_texts
 
@@ -79,6 +80,7 @@ def call_detail_json(summary: CallSummary, call: Call, raw: bool = False) -> dic
     out["tools"] = tool_names(call.protocol, call.client_request)
     out["messages"] = [t.to_json() for t in request_turns(call.protocol, call.client_request)]
     out["reply"] = [t.to_json() for t in reply_turns(call.protocol, call.response, call.stream)]
+    out["continuation"] = continuation_json(call, raw)  # exact continuation's decision; null when rendered
     if raw:
         out["raw"] = {
             "client_headers": call.client_headers, "client_request": body_json(call.client_request),

@@ -111,10 +111,14 @@ def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
     """(style, line) for each line of a rows JSON (row_breaks.py): each row's calls, and before a row that broke
     the prefix: where, the ids on both sides (the reply token's text when stored) and the trainer's label."""
     out = [("yellow", f"  note: {rows['note']}")] if rows.get("note") else []
+    if rows.get("conversations"):
+        out.append(("", f"  conversations {conversations_line(rows['conversations'])}"))
     for row in rows["rows"]:
         brk = row["break"]
         if brk:
-            out.append(("yellow", f"  ✂ {brk['reason']}"))
+            # A new conversation (exact continuation's `start`) opens a row without breaking one.
+            opened = brk.get("where") == "start"
+            out.append(("" if opened else "yellow", f"  {'+' if opened else '✂'} {brk['reason']}"))
             if brk.get("at") is not None:
                 got = "the prompt ends" if brk.get("got_id") is None else f"got id {brk['got_id']}"
                 out.append(("yellow", f"      at token {brk['at']}: expected id {cell(brk.get('expected_id'))}"
@@ -129,6 +133,13 @@ def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
     for skip in rows["skipped"]:
         out.append(("dim", f"  call {skip['call']} trains nothing: {skip['reason']}"))
     return out
+
+
+def conversations_line(counts: dict[str, Any]) -> str:
+    """Conversations, forks, fallbacks and breaks per 100 calls by kind (train/conversations.py)."""
+    from agentlightning_cli.train.conversations import ConversationCounts
+
+    return ConversationCounts.from_dict(counts).line()
 
 
 def turn_text(turn: dict[str, Any], limit: int | None = 2000) -> str:
@@ -158,6 +169,10 @@ def call_text(call: dict[str, Any], full: bool = False) -> str:
         lines.append(f"sampling: {json.dumps(c['sampling'])}")
     if c["error"]:
         lines.append(f"error: {c['error']}")
+    if "continuation" in c:
+        from agentlightning_cli.inspect.continuation import continuation_lines
+
+        lines += continuation_lines(c["continuation"])
     limit = None if full else 2000
     body = "".join(turn_text(t, limit) for t in c["messages"])
     reply = "".join(turn_text(t, limit) for t in c["reply"]) or "(no reply)\n"
@@ -178,6 +193,9 @@ def stats_text(stats: dict[str, Any]) -> str:
                      str(r["prompt_tokens"] + r["completion_tokens"]), cell(loss)])
     indexed = [r for r in rounds if r["round"] is not None]
     out = f"run {stats['run']}\n" + table(headers, rows)
+    for r in rounds:
+        if r.get("conversations"):
+            out += f"round {r['round']} trained: conversations {conversations_line(r['conversations'])}\n"
     out += f"\nreward per round  {sparkline([r['reward_mean'] for r in indexed], 0.0, None)}"
     out += f"   pass@1 per round  {sparkline([r['pass_at_1'] for r in indexed], 0.0, 1.0)}\n"
     losses = [s["loss"] for s in stats["train_steps"]]

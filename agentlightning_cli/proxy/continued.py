@@ -138,9 +138,20 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     ex.fields["continuation"] = {"mode": "exact", **decision.as_json(), "plain_len": len(rendered.prompt_ids),
                                  "sampling_params": body["sampling_params"]}
     ex.fields["prompt_token_ids"] = prompt
-    if not plan.stream:
-        return await _whole(ex, io, chains, decision, body, chat_request, plan, answer)
-    return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream)
+    chains.begin(decision)  # no await since classify: a concurrent continuation of this tip forks as `parallel`
+    try:
+        if not plan.stream:
+            return await _whole(ex, io, chains, decision, body, chat_request, plan, answer)
+        return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream)
+    finally:  # every ending without a record (refused, unreachable, client gone, an exception) frees the chain
+        chains.release(decision)
+
+
+def _record(ex: Exchange, chains: Chains, decision: Decision, reply: dict, ids: list[int], finish: str | None) -> None:
+    """The chain learns the call; the record names the chain the call is on (a start, fork or fallback makes a
+    new one), which is how the trainer keeps each conversation in its own row."""
+    chain = chains.record(decision, reply, ids, finish)
+    ex.fields["continuation"]["chain"] = chain.id
 
 
 async def _whole(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, body: dict, chat_request: dict,
@@ -162,7 +173,7 @@ async def _whole(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, 
     reply = dict(choice.get("message") or {})
     fields = {"completion_token_ids": generated.token_ids, "completion_logprobs": generated.logprobs or None,
               "finish_reason": choice.get("finish_reason") or generated.finish_reason, "usage": data.get("usage")}
-    chains.record(decision, reply, generated.token_ids, generated.finish_reason)
+    _record(ex, chains, decision, reply, generated.token_ids, generated.finish_reason)
     return await ex.reply(200, answer(data), "ok", upstream_response=dumps(generated.response), **fields)
 
 
@@ -302,7 +313,7 @@ async def _streamed(ex: Exchange, io: TokenIO, chains: Chains, decision: Decisio
             outcome, error = "upstream_error", "the upstream generated no token"
         if error is None:
             # The chain learns the reply before the client has all of it: its next request may come at once.
-            chains.record(decision, reply.message(), ids, state["finish"])
+            _record(ex, chains, decision, reply.message(), ids, state["finish"])
             tail = translator.finish()
             answered = True
         else:

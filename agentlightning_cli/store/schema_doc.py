@@ -1,8 +1,10 @@
-"""Render the store schema as Markdown from the migrations themselves, and keep README.md in step.
+"""Render the store schema as Markdown from the migrations themselves, and keep docs/reference/store-schema.md in
+step (the section between its markers; `python -m agentlightning_cli.docgen --write` refreshes it with the other
+generated pages).
 
     python -m agentlightning_cli.store.schema_doc            # print the Markdown
-    python -m agentlightning_cli.store.schema_doc --write    # refresh README.md between the markers
-    python -m agentlightning_cli.store.schema_doc --check    # exit 1 if README.md is out of date
+    python -m agentlightning_cli.store.schema_doc --write    # refresh the docs page between the markers
+    python -m agentlightning_cli.store.schema_doc --check    # exit 1 if the docs page is out of date
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 from agentlightning_cli.store.migrations import MIGRATIONS, apply_migrations
 
 START, END = "<!-- schema:start -->", "<!-- schema:end -->"
-DEFAULT_README = Path(__file__).resolve().parents[2] / "README.md"
+# The page moved from README.md to the docs site with issue 38.
+DEFAULT_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "store-schema.md"
 
 
 def render_schema() -> str:
@@ -48,35 +51,36 @@ def render_schema() -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(readme: str, section: str) -> str:
-    if START not in readme or END not in readme:
-        raise ValueError(f"README has no {START} ... {END} markers")
-    head, rest = readme.split(START, 1)
+def replace_section(page: str, section: str) -> str:
+    if START not in page or END not in page:
+        raise ValueError(f"the page has no {START} ... {END} markers")
+    head, rest = page.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{section}{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the store schema from its migrations.")
-    parser.add_argument("--readme", type=Path, default=DEFAULT_README)
+    # --readme: the flag's name from when the schema lived in README.md, kept for scripts that pass it.
+    parser.add_argument("--doc", "--readme", dest="doc", type=Path, default=DEFAULT_DOC)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true", help="refresh the README section between the markers")
-    group.add_argument("--check", action="store_true", help="exit 1 if the README section is out of date")
+    group.add_argument("--write", action="store_true", help="refresh the section between the markers")
+    group.add_argument("--check", action="store_true", help="exit 1 if the section is out of date")
     args = parser.parse_args(argv)
     section = render_schema()
     if not (args.write or args.check):
         sys.stdout.write(section)
         return 0
-    current = args.readme.read_text(encoding="utf-8")
+    current = args.doc.read_text(encoding="utf-8")
     wanted = replace_section(current, section)
     if args.check:
         if current != wanted:
-            print(f"{args.readme}: store schema is out of date; run"
+            print(f"{args.doc}: store schema is out of date; run"
                   " `python -m agentlightning_cli.store.schema_doc --write`", file=sys.stderr)
             return 1
         return 0
     if current != wanted:
-        args.readme.write_text(wanted, encoding="utf-8")
+        args.doc.write_text(wanted, encoding="utf-8")
     return 0
 
 

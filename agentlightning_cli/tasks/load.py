@@ -43,10 +43,12 @@ class TaskSetReport:
             "hidden_files": {"with": sum(x.has_hidden for x in t), "without": sum(not x.has_hidden for x in t)},
             "reward_kinds": dict(Counter(x.reward_kind for x in t)),
             "with_setup": sum(bool(x.setup) for x in t),
+            "harbor": [harbor_row(x) for x in t if x.harbor is not None],
         }
 
     def to_json(self) -> dict[str, Any]:
-        strip = lambda p: {"line": p.line, "field": p.field, "message": p.message}  # noqa: E731
+        # A Harbor dataset's problems are in many files; a JSONL set's are all in report.file.
+        strip = lambda p: {"file": p.file, "line": p.line, "field": p.field, "message": p.message}  # noqa: E731
         return {
             "file": str(self.file),
             "ok": self.ok,
@@ -55,6 +57,17 @@ class TaskSetReport:
             "warnings": [strip(p) for p in self.warnings],
             "summary": self.summary(),
         }
+
+
+def harbor_row(task: Task) -> dict[str, Any]:
+    """A Harbor task as `alight tasks check` shows it: its environment, what its network policy asks for, limits."""
+    h = task.harbor
+    return {"id": task.id, "dir": str(h.task_dir),
+            "environment": f"image {h.docker_image}" if h.docker_image else f"Dockerfile ({h.context_sha256[:12]})",
+            "agent_network": str(h.agent_network), "verifier_network": str(h.verifier_network),
+            "agent_timeout_s": h.agent_timeout_s, "verifier_timeout_s": h.verifier_timeout_s,
+            "cpus": h.cpus, "memory_mb": h.memory_mb, "storage_mb": h.storage_mb, "workdir": h.workdir,
+            "user": h.agent_user, "solution": h.solution_dir is not None}
 
 
 def load_tasks(path: Path | str, swebench_mirror: Path | str | None = None) -> list[Task]:
@@ -80,9 +93,10 @@ def check_task_file(path: Path | str, swebench_mirror: Path | str | None = None)
     mirror = Path(swebench_mirror).expanduser().absolute() if swebench_mirror is not None else None
     if mirror is not None and not mirror.is_dir():
         report.problems.append(Problem(name, None, None, f"SWE-bench mirror folder does not exist: {mirror}"))
+    if path.is_dir():
+        return _check_harbor_dir(report)
     if not path.is_file():
-        what = "is a folder, not a JSONL file" if path.is_dir() else "does not exist"
-        report.problems.append(Problem(name, None, None, f"task file {what}"))
+        report.problems.append(Problem(name, None, None, "task file does not exist"))
         return report
     first_line: dict[str, int] = {}
     for lineno, obj in _json_lines(path, report):
@@ -99,6 +113,30 @@ def check_task_file(path: Path | str, swebench_mirror: Path | str | None = None)
             report.tasks.append(task)
     _check_base_commits(report)
     report.problems.sort(key=lambda p: (p.line or 0))
+    return report
+
+
+def _check_harbor_dir(report: TaskSetReport) -> TaskSetReport:
+    """A folder is a Harbor task directory or dataset (tasks/harbor.py): every task checked, names unique."""
+    from agentlightning_cli.tasks.harbor import check_task_dir, find_task_dirs
+
+    dirs = find_task_dirs(report.file)
+    if not dirs:
+        msg = ("is a folder with no Harbor task directory in it (a folder with task.toml, found at any depth); "
+               "a JSONL task set is a file")
+        report.problems.append(Problem(str(report.file), None, None, msg))
+        return report
+    first: dict[str, Path] = {}
+    for task_dir in dirs:
+        task = check_task_dir(task_dir, report.problems, report.warnings)
+        if task is None:
+            continue
+        if task.id in first:
+            msg = f"duplicate task name {task.id!r} (also {first[task.id] / 'task.toml'})"
+            report.problems.append(Problem(str(task.source_file), None, "task.name", msg))
+            continue
+        first[task.id] = task_dir
+        report.tasks.append(task)
     return report
 
 

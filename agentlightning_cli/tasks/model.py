@@ -48,6 +48,61 @@ class SwebenchSpec(BaseModel):
 SWEBENCH_WORKDIR = "/testbed"
 
 
+class NetworkAsk(BaseModel):
+    """What a Harbor task's network policy asks for one phase (the agent or the verifier), as written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Literal["no-network", "public", "allowlist"]
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"allowlist ({', '.join(self.allowed_hosts)})" if self.mode == "allowlist" else self.mode
+
+
+class HarborSpec(BaseModel):
+    """A Harbor task directory's settings (task.toml and the files beside it), as alight runs them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_dir: Path
+    schema_version: str
+    docker_image: str | None
+    """`[environment].docker_image`: used as given; else the image is built from `build_context`."""
+    build_context: Path | None
+    """The task's environment/ folder (its Dockerfile) when there is no docker_image."""
+    context_sha256: str | None
+    """Content hash of the build context (paths, modes and bytes): the built image's cache key."""
+    build_timeout_s: float
+    cpus: float | None
+    memory_mb: int | None
+    storage_mb: int | None
+    workdir: str | None
+    """The agent's (and test.sh's) working directory; None: the image's WORKDIR."""
+    env: dict[str, str]
+    """`[environment].env`, set for the agent and the verifier (${VAR} templates are resolved at run time)."""
+    agent_network: NetworkAsk
+    verifier_network: NetworkAsk
+    agent_timeout_s: float | None
+    agent_user: str | int | None
+    verifier_timeout_s: float
+    verifier_env: dict[str, str]
+    verifier_user: str | int | None
+    healthcheck: str | None
+    """A command that must succeed before the agent starts (`[environment.healthcheck].command`)."""
+    tests_dir: Path
+    """Copied to /tests only after the agent has run; never seen by the agent."""
+    solution_dir: Path | None
+    """Holds solution/solve.sh (the oracle harness runs it); None when the task ships no solution."""
+    solution_env: dict[str, str] = Field(default_factory=dict)
+
+
+HARBOR_REWARD = "bash /tests/test.sh"
+"""A Harbor task's `reward`: its verifier, run in the episode's container after the agent (tasks/harbor.py)."""
+HARBOR_VERIFIER_DIR = "/logs/verifier"
+"""Where test.sh writes reward.txt (one finite number) or reward.json ({"name": number, ...})."""
+
+
 class Task(BaseModel):
     """One line of a task set, validated and with every path resolved to an absolute one."""
 
@@ -67,7 +122,7 @@ class Task(BaseModel):
     timeout_s: float | None
     """Wall-clock limit for the agent's run on this task; None means the harness default."""
     metadata: dict[str, Any]
-    kind: Literal["own", "swebench"]
+    kind: Literal["own", "swebench", "harbor"]
     source_file: Path
     source_line: int
     swebench: SwebenchSpec | None = None
@@ -75,16 +130,20 @@ class Task(BaseModel):
     """Setup commands run in a sandbox with the host's network (reward commands never get one)."""
     image: str | None = None
     """`sandbox: container`: the image its setup, agent and reward run in; None: the `container.image` setting."""
+    harbor: HarborSpec | None = None
+    """A Harbor task directory: its environment, verifier and solution (`reward` is then HARBOR_REWARD)."""
 
     @property
     def reward_kind(self) -> str:
         if self.swebench is not None and self.reward == swebench_reward_command():
             return "swebench-tests"
+        if self.harbor is not None:
+            return "harbor-test.sh"
         return "command"
 
     @property
     def has_hidden(self) -> bool:
-        return self.hidden_files is not None or self.swebench is not None
+        return self.hidden_files is not None or self.swebench is not None or self.harbor is not None
 
     @property
     def where(self) -> str:

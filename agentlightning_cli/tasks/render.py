@@ -25,4 +25,37 @@ def print_report(report: TaskSetReport) -> None:
         f"  rewards:      {fmt(s['reward_kinds'])}",
         f"  with setup:   {s['with_setup']}",
     ]
+    if s["harbor"]:
+        lines += ["  harbor tasks (agent network is always the proxy only; the verifier's is what the task asks for):"]
+        lines += [_harbor_line(row) for row in s["harbor"]]
+        missing = [row["id"] for row in s["harbor"] if not row["solution"]]
+        if missing:
+            lines.append(f"  without solution/solve.sh (the oracle cannot check them): {', '.join(missing)}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _harbor_line(row: dict) -> str:
+    limits = ", ".join(f"{k} {row[k]:g}" for k in ("cpus", "memory_mb", "storage_mb") if row[k] is not None)
+    times = f"agent {row['agent_timeout_s']:g}s" if row["agent_timeout_s"] else "agent (harness default)"
+    return (f"    {row['id']}: {row['environment']}; network asked: agent {row['agent_network']}, verifier "
+            f"{row['verifier_network']}; {times}, verifier {row['verifier_timeout_s']:g}s"
+            + (f"; {limits}" if limits else "") + (f"; workdir {row['workdir']}" if row["workdir"] else ""))
+
+
+def print_oracle(report: TaskSetReport, rows: list) -> None:
+    """`--oracle`: each task's score from its own solution (1 means environment and verifier work)."""
+    lines = ["oracle (solution/solve.sh, then tests/test.sh in the same container):"]
+    for row in rows:
+        if row.error is not None:
+            lines.append(f"  {row.task_id}: reward_error: {row.error}")
+            if row.log.strip():
+                lines += [f"      {line}" for line in row.log.strip().splitlines()[-10:]]
+        else:
+            extra = {k: v for k, v in row.detail["rewards"].items() if k != row.detail["key"]}
+            more = "".join(f", {k} {v:g}" for k, v in extra.items())
+            lines.append(f"  {row.task_id}: reward {row.reward:g} ({row.detail['source']}{more})")
+        lines += [f"      note: {note}" for note in row.notes or []]
+    unsolved = [t.id for t in report.tasks if t.harbor is not None and t.harbor.solution_dir is None]
+    if unsolved:
+        lines.append(f"  no solution/solve.sh, not checked: {', '.join(unsolved)}")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -56,6 +56,7 @@ class TrainReport:
     chat_template: str | None = None
     importance: dict[str, Any] = field(default_factory=dict)  # the round's importance weights (grpo.py)
     reward_control: dict[str, Any] = field(default_factory=dict)  # train.reward_control as applied (reward_control.py)
+    conversations: dict[str, Any] = field(default_factory=dict)  # train/conversations.py: the round's counts
 
     @property
     def calls_per_row(self) -> float:
@@ -67,7 +68,7 @@ class TrainReport:
                 "break_reasons": self.break_reasons, "dropped_groups": self.dropped_groups, "dropped": self.dropped,
                 "episodes": self.episodes, "merge_rule": self.merge_rule, "temperature": self.temperature,
                 "base_adapter": self.base_adapter, "chat_template": self.chat_template, "importance": self.importance,
-                "reward_control": self.reward_control, "metrics": self.metrics}
+                "reward_control": self.reward_control, "conversations": self.conversations, "metrics": self.metrics}
 
 
 def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
@@ -80,10 +81,15 @@ def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
                       max_tokens=max_tokens)
 
 
-def collect_rows(store: Any, episode_ids: list[str], ctx: RowContext, merge: str) -> RowReport:
+def collect_rows(store: Any, episode_ids: list[str], ctx: RowContext, merge: str,
+                 by_episode: dict[str, dict[str, Any]] | None = None) -> RowReport:
+    """The round's rows; `by_episode` (when given) gets each episode's conversation counts."""
     report = RowReport()
     for ep in episode_ids:
-        report.extend(build_rows(ep, store.get_calls(ep), ctx, merge))
+        built = build_rows(ep, store.get_calls(ep), ctx, merge)
+        if by_episode is not None:
+            by_episode[ep] = built.counts.to_dict()
+        report.extend(built)
     return report
 
 
@@ -128,7 +134,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
             f" to keys a call did not send ({_settings(ctx.sampling_defaults)}), so its rows are scored with them")
     # Rows first, advantages after: a group's mean and std are over the episodes that train (an episode whose
     # calls make no row, or only rows at another temperature, is not in the loss, so not in its baseline).
-    report = collect_rows(store, list(rewards), ctx, t.merge)
+    by_episode: dict[str, dict[str, Any]] = {}
+    report = collect_rows(store, list(rewards), ctx, t.merge, by_episode)
     dropped.update(report.dropped)
     if not report.rows:
         raise NothingToTrain(f"the {len(rewards)} rewarded episodes of round {round_index} have no calls with token"
@@ -209,7 +216,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                       dropped_groups=dropped["zero_variance_groups"] + dropped["single_episode_groups"],
                       metrics=result.metrics, dropped=dict(dropped), episodes=scored.episodes, merge_rule=t.merge,
                       temperature=temperature, base_adapter=str(previous) if previous else None, chat_template=choice,
-                      importance=imp, reward_control=control.to_dict())
+                      importance=imp, reward_control=control.to_dict(), conversations=report.counts.to_dict())
     from agentlightning_cli.store import TrainRound
 
     store.put_train_round(TrainRound(
@@ -221,7 +228,8 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
                 "generation_defaults": ctx.sampling_defaults,
                 "loss_type": t.loss_type, "breaks": report.break_log[:200],
                 "advantages": {e: round(a, 6) for e, a in scored.advantages.items()},
-                "importance": result.importance, "reward_control": control.to_dict()}))
+                "importance": result.importance, "reward_control": control.to_dict(),
+                "conversations": out.conversations, "conversations_by_episode": by_episode}))
     return out
 
 

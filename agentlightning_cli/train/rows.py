@@ -13,6 +13,14 @@ Two merge rules (`train.merge`):
   row is a context the model did not literally see at call n+1 (e.g. re-serialised tool-call JSON).
 When neither applies a new row starts and the break is classified (classify_break) so its cause is visible.
 
+Calls the proxy continued exactly (`continuation` recorded, issue 34) are grouped by conversation first: a
+`continue` joins the row of its chain's last call (its prompt is that call's prompt + sampled ids by construction),
+wherever other conversations' calls came between (sub-agents interleave); a `start` opens a row (split "start", a
+new conversation, not a break); a `fork` opens a row (split and break "fork/<reason>": its prompt holds the parent's
+sampled tokens as context, so none is trained twice); a `fallback` joins its parent's row when its plain render
+still continues it, else opens a row (break "fallback/<reason>"). Render traffic (no continuation) merges with the
+call before it, as above.
+
 Pure: no torch, no store. `decode` (ids -> text, special tokens kept) comes from the caller's tokenizer.
 """
 
@@ -24,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlightning_cli.train.conversations import ConversationCounts, count_calls, exact_decision
 from agentlightning_cli.train.sampling import call_constraints, effective_sampling, filters_of, is_penalised
 
 BREAK_REASONS = ("template", "retokenised", "edited", "other")
@@ -31,6 +40,9 @@ MERGE_RULES = ("strict", "splice")
 # Why a row starts instead of continuing the one before (Row.split): a broken prefix (one of BREAK_REASONS), or
 # a call that joins by its ids but cannot share the row.
 SPLIT_REASONS = (*BREAK_REASONS, "temperature", "sampling", "length")
+# ... and for exactly continued calls: "start" (another conversation: not a break), "fork/<reason>",
+# "fallback/<reason>" (the proxy's reasons: proxy/continuation/chains.py).
+CONTINUATION_SPLITS = ("start", "fork", "fallback")
 # The usual end-of-turn tokens (besides the model's eos) the splice rule cuts after (round_step.row_context).
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 # Thinking blocks that chat templates drop from past assistant turns.
@@ -71,8 +83,9 @@ class Row:
     weight: float = 1.0  # its loss weight (advantages.apply): splitting an episode into rows changes nothing
     split: str | None = None
     """Why this row started instead of continuing the episode's row before it (SPLIT_REASONS): the prompt broke
-    the prefix (a BREAK_REASONS label), another temperature or other filters, or the row limit. None for an
-    episode's first row."""
+    the prefix (a BREAK_REASONS label), another temperature or other filters, or the row limit; for exactly
+    continued calls "start" (another conversation, not a break), "fork/<reason>" or "fallback/<reason>"
+    (CONTINUATION_SPLITS). None for an episode's first row."""
 
     @property
     def length(self) -> int:
@@ -99,8 +112,11 @@ class RowReport:
     break_log: list[dict[str, Any]] = field(default_factory=list)  # {episode_id, call_id, reason}
     built: list[Row] = field(default_factory=list)
     """Every row built, in order, the over-long ones `rows` leaves out included (what inspect shows)."""
+    counts: ConversationCounts = field(default_factory=ConversationCounts)
+    """Conversations, forks, fallbacks and breaks of every kind (train/conversations.py)."""
 
     def extend(self, other: RowReport) -> None:
+        self.counts.add(other.counts)
         self.rows += other.rows
         self.built += other.built
         self.calls += other.calls
@@ -178,17 +194,25 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     rows: list[Row] = []
     prev = None
     defaults = ctx.sampling_defaults
+    by_chain: dict[str, tuple[Row, Any]] = {}  # exact continuation: chain id -> (its row, its last call)
     for call in usable_calls(calls, report.dropped, defaults):
         prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
         joined, split = None, None
-        if row is not None:
+        cont = exact_decision(call)
+        if cont is not None:
+            row, prev, split = _chain_target(cont, by_chain, row, prev)
+        if row is not None and split is None:
             joined = join(prev, prompt, merge, ctx)
             if joined is None:
                 split = classify_break(list(prev.prompt_token_ids) + list(prev.completion_token_ids), prompt,
                                        ctx, len(prev.prompt_token_ids))
-                report.breaks[split] += 1
-                report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": split})
-            elif sampling_key(call, defaults) != row.sampling:
+                if cont is not None and cont["kind"] == "fallback":  # the proxy knows why it broke
+                    split = f"fallback/{cont.get('reason')}"
+        if split is not None and split != "start" and rows:
+            report.breaks[split] += 1
+            report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": split})
+        if joined is not None:
+            if sampling_key(call, defaults) != row.sampling:
                 joined = None  # one row is scored under one distribution
                 split = "sampling" if call_temperature(call, defaults) == row.temperature else "temperature"
                 report.dropped[f"{split}_splits"] += 1
@@ -199,7 +223,7 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
         if joined is None:
             t, top_p, top_k, min_p = sampling_key(call, defaults)
             row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=t, top_p=top_p, top_k=top_k, min_p=min_p,
-                      split=split)
+                      split=split if rows else None)
             rows.append(row)
         else:
             gap, rule = joined
@@ -213,7 +237,10 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
         row.logprobs += [float(x) for x in call.completion_logprobs]
         row.call_ids.append(call.id)
         prev = call
+        if cont is not None and cont.get("chain"):
+            by_chain[cont["chain"]] = (row, call)
     report.built = rows
+    report.counts = count_calls(calls, rows, report.breaks)
     for r in rows:
         if ctx.max_tokens is not None and r.length > ctx.max_tokens:
             report.dropped["over_long_rows"] += 1
@@ -222,6 +249,24 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
         report.rows.append(r)
         report.calls += len(r.call_ids)
     return report
+
+
+def _chain_target(cont: dict[str, Any], by_chain: dict[str, tuple[Row, Any]], row: Row | None,
+                  prev: Any) -> tuple[Row | None, Any, str | None]:
+    """Which row an exactly continued call may join (row, its last call) or why it opens one (split): a continue
+    joins its chain's row, a fallback its parent's; a start and a fork open their own. A chain whose calls
+    trained nothing (or a record without chain ids) leaves the call to the prefix rule against the call before."""
+    kind = cont["kind"]
+    if kind == "start":
+        return None, None, "start"
+    if kind == "fork":
+        return None, None, f"fork/{cont.get('reason')}"
+    target = by_chain.get(cont.get("chain") if kind == "continue" else cont.get("parent") or "")
+    if target is not None:
+        return target[0], target[1], None
+    if kind == "fallback" and row is None:
+        return None, None, f"fallback/{cont.get('reason')}"
+    return row, prev, None
 
 
 def join(prev: Any, prompt: list[int], merge: str, ctx: RowContext) -> tuple[list[int], str] | None:

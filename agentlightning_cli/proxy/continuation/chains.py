@@ -14,6 +14,10 @@ there, so none is trained twice); one that shares no turn after the system text 
 (FALLBACK) with the reason: `unclosed` (the reply ended without an end-of-turn id: length, stop string), `skew`
 (the render does not repeat the chain's non-sampled turns id for id), `prefill` (a final assistant turn to
 continue: the render ends inside a turn).
+
+In flight: the proxy `begin`s a decision before it awaits generate and `release`s it on every ending (record does
+too). A second request continuing a chain whose continuation is still in flight forks as `parallel`: recording
+both as continuations would let the later record overwrite the tip with ids built on the older one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ FORK_REASONS = {
     "edited": "diverges at another turn of the chain's history (a user or tool turn edited, dropped or inserted;"
               " a compaction)",
     "rewind": "a cut-back prefix of the chain's history that ends after a reply (no turn differs)",
+    "parallel": "continues the chain's tip while another call continuing it is still in flight (a harness sending"
+                " two requests at once): it cannot extend a tip that the other call is about to move, so it"
+                " becomes its own chain on the same continued ids, with the parent's sampled tokens masked",
 }
 FALLBACK_REASONS = ("unclosed", "skew", "prefill")
 
@@ -81,6 +88,7 @@ class Decision:
     differs: list[dict]  # segments where prompt_ids differ from the plain render ({segment, prompt, plain})
     first_difference: int | None  # first token where prompt_ids differ from the plain render
     request: Request = field(repr=False, default=None)  # type: ignore[assignment]
+    claimed: bool = field(repr=False, default=False)  # this decision holds its chain's in-flight mark (begin)
 
     def as_json(self) -> dict:
         """What the proxy records with the call (ids are recorded as the prompt already)."""
@@ -96,6 +104,21 @@ class Chains:
         self.eot = frozenset(eot)
         self.chains: list[Chain] = []
         self._ids = itertools.count(1)
+        self.in_flight: set[str] = set()  # chains with a continuation classified, not yet recorded or released
+
+    def begin(self, decision: Decision) -> None:
+        """Mark a `continue` decision's chain in flight until record or release: a request continuing the same
+        tip meanwhile forks as `parallel`. Call it right after classify, before any await."""
+        if decision.kind == "continue" and decision.chain is not None:
+            self.in_flight.add(decision.chain)
+            decision.claimed = True
+
+    def release(self, decision: Decision) -> None:
+        """The call ended without a record (upstream error, client gone, exception): its chain is free again.
+        Idempotent; record releases too."""
+        if decision.claimed:
+            self.in_flight.discard(decision.chain)  # type: ignore[arg-type]
+            decision.claimed = False
 
     def classify(self, request: Request, plain_ids: list[int], history_ids: list[int] | None = None) -> Decision:
         """How `request` (normalise.canonical_request) relates to the chains, and the prompt ids to send;
@@ -117,7 +140,7 @@ class Chains:
             return self._plain(request, plain_ids, "fallback", "prefill", chain, fired, shared, mismatch)
         node, is_reply = _last_node(chain, shared)
         if is_reply and node == len(chain.nodes) - 1 and shared == len(history) < len(request.messages):
-            kind, reason = "continue", None
+            kind, reason = ("fork", "parallel") if chain.id in self.in_flight else ("continue", None)
         elif node is None:  # shares turns but no whole call: no sampled token is shared, the render is exact
             return self._plain(request, plain_ids, "fork", "edited", chain, fired, shared, mismatch)
         else:
@@ -139,6 +162,7 @@ class Chains:
     def record(self, decision: Decision, reply: dict, sampled_ids: list[int], finish_reason: str | None) -> Chain:
         """Add the call once its reply is in: `reply` is the assistant message as returned to the client, in the
         canonical chat form (the ids the client saw, minted ones included); `sampled_ids` as vLLM sampled them."""
+        self.release(decision)
         closed = bool(sampled_ids) and sampled_ids[-1] in self.eot and finish_reason in (None, "stop", "tool_calls")
         node = Node(messages=decision.request.messages, prompt_len=len(decision.prompt_ids),
                     reply=canonical_message({**reply, "role": "assistant"}, Counter()),

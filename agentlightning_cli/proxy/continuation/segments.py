@@ -20,12 +20,24 @@ Span = tuple[int, int]
 def split_turns(ids: Sequence[int], eot: Collection[int]) -> list[Span]:
     """(start, end) of each segment; a closed segment ends with (includes) its end-of-turn id; a trailing open
     segment (no end-of-turn id) is last."""
+    # Runs on every exact call over the chain's ids and the plain render (thousands of ids): list.index finds
+    # each end-of-turn id at C speed, ~4x faster than testing every id in a Python loop (bench/continuation.py).
+    ids = ids if isinstance(ids, list) else list(ids)
+    ends: list[int] = []
+    for token in eot:
+        at = -1
+        try:
+            while True:
+                at = ids.index(token, at + 1)
+                ends.append(at + 1)
+        except ValueError:
+            pass
+    ends.sort()
     out: list[Span] = []
     start = 0
-    for i, token in enumerate(ids):
-        if token in eot:
-            out.append((start, i + 1))
-            start = i + 1
+    for end in ends:
+        out.append((start, end))
+        start = end
     if start < len(ids):
         out.append((start, len(ids)))
     return out
@@ -33,6 +45,18 @@ def split_turns(ids: Sequence[int], eot: Collection[int]) -> list[Span]:
 
 def overlaps(spans: Sequence[Span], start: int, end: int) -> bool:
     return any(s < end and start < e for s, e in spans)
+
+
+def holding(segments: Sequence[Span], spans: Sequence[Span]) -> list[bool]:
+    """For each segment (in order), whether a span overlaps it: `overlaps` for all segments in one pass over the
+    sorted spans (per segment it would scan every span: quadratic in an episode's turns)."""
+    spans = sorted(spans)
+    out, j = [], 0
+    for start, end in segments:
+        while j < len(spans) and spans[j][1] <= start:
+            j += 1  # ends before this segment, so before every later one
+        out.append(j < len(spans) and spans[j][0] < end)
+    return out
 
 
 @dataclass
@@ -60,8 +84,8 @@ def continue_prompt(base: list[int], sampled: Sequence[Span], plain: list[int], 
         return "skew"  # the render has no turn after the shared history: it does not repeat it
     if history_ids is not None and sum(1 for _, e in split_turns(history_ids, eot) if history_ids[e - 1] in eot) != k:
         return "skew"  # the history alone renders to another number of turns: the render does not line up
-    for (bs, be), (ps, pe) in zip(base_segments, plain_segments):
-        if not overlaps(sampled, bs, be) and base[bs:be] != plain[ps:pe]:
+    for holds, (bs, be), (ps, pe) in zip(holding(base_segments, sampled), base_segments, plain_segments):
+        if not holds and base[bs:be] != plain[ps:pe]:
             return "skew"
     cut = plain_segments[k - 1][1]
     prompt = base + plain[cut:]

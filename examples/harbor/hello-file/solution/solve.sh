@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo "Hello, Harbor!" > /app/hello.txt

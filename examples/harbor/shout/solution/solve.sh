@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo "HARBOR TASKS RUN HERE" > /tmp/shout.txt
