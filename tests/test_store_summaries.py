@@ -84,6 +84,10 @@ def test_data_version_changes_when_another_connection_commits(tmp_path: Path):
         assert seen[0].name == "x"
 
 
+# calls columns that migrations after m005 add: a store made before them has none of them (m009: continuation)
+LATER_CALL_COLUMNS = ("continuation",)
+
+
 def test_m004_backfills_completion_len_of_calls_written_before_it(tmp_path: Path, monkeypatch):
     from agentlightning_cli.store import calls as call_rows
     from agentlightning_cli.store import migrations
@@ -93,6 +97,8 @@ def test_m004_backfills_completion_len_of_calls_written_before_it(tmp_path: Path
     def encode_without_completion_len(*args, **kwargs):  # what an alight before m004 wrote
         row, ids, bases = encode(*args, **kwargs)
         del row["completion_len"]
+        for column in LATER_CALL_COLUMNS:
+            row.pop(column, None)
         return row, ids, bases
 
     with monkeypatch.context() as patch:
@@ -135,10 +141,20 @@ def _aggregate(conn: sqlite3.Connection) -> dict:
 
 
 def test_m005_episode_call_stats_backfilled_then_kept_by_the_trigger(tmp_path: Path, monkeypatch):
+    from agentlightning_cli.store import calls as call_rows
     from agentlightning_cli.store import migrations
+
+    encode = call_rows.encode_call
+
+    def encode_as_before(*args, **kwargs):  # what an alight before m005 wrote
+        row, ids, bases = encode(*args, **kwargs)
+        for column in LATER_CALL_COLUMNS:
+            row.pop(column, None)
+        return row, ids, bases
 
     with monkeypatch.context() as patch:  # calls written by an alight before m005
         patch.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < "m005"])
+        patch.setattr(call_rows, "encode_call", encode_as_before)
         with Store.open(tmp_path) as store:
             ep = store.create_episode(None, None, None, 0, None, "k")
             store.add_calls(conversation(ep.id, "openai-chat", "Fix it.", STEPS[:2]))

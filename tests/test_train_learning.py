@@ -89,9 +89,11 @@ def post(url: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
-def post_raw(url: str, body: bytes) -> list[int]:
-    """The completion ids vLLM returns for a recorded upstream request body (exact bytes)."""
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+def post_raw(base_url: str, body: bytes) -> list[int]:
+    """The completion ids vLLM returns for a recorded upstream request body (exact bytes), sent where the proxy sent
+    it: token-in/token-out generate under exact continuation (a body with `token_ids`), else chat completions."""
+    path = "/inference/v1/generate" if "token_ids" in json.loads(body) else "/v1/chat/completions"
+    req = urllib.request.Request(f"{base_url}{path}", data=body, headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())["choices"][0]["token_ids"]
 
@@ -172,7 +174,7 @@ def test_alight_run_rounds_of_grpo_with_hot_swap_raise_the_reward(tmp_path: Path
         # --seed's promise on the real server: a round-0 call's recorded request (its seed, sampling, ids and
         # adapter name: policy-r0, the zero adapter here too), sent again alone, samples the recorded ids, though
         # the run sampled it in a batch of 32.
-        again = [post_raw(f"{policy.base_url}/v1/chat/completions", body) for body, _ in replays]
+        again = [post_raw(policy.base_url, body) for body, _ in replays]
         assert [ids for _, ids in replays] == again, "a seeded call did not reproduce its sampled ids"
         trained = policy.load(ROUNDS - 1, out / "adapters" / f"round-{ROUNDS - 1}")
         before = reply_logprob(policy.base_url, zero, prompt_ids, rewarded)
