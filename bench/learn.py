@@ -188,7 +188,10 @@ def episode_outcomes(run_dir: Path) -> dict[str, int]:
         counts: Counter = Counter()
         for kind in ("train", "eval"):
             for rnd in store.list_rounds(run.id, kind=kind):
-                counts.update(e.outcome or e.status for e in store.list_episodes(run_id=run.id, round_id=rnd.id))
+                # Ended episodes by outcome; the others by status (an episode a stopped run left is `abandoned`
+                # when the resumed run redoes its slot: counted, never refused).
+                counts.update(e.outcome if e.status == "done" else f"status:{e.status}"
+                              for e in store.list_episodes(run_id=run.id, round_id=rnd.id))
         return dict(sorted(counts.items()))
     finally:
         store.close()
