@@ -190,7 +190,7 @@ def episode_outcomes(run_dir: Path) -> dict[str, int]:
             for rnd in store.list_rounds(run.id, kind=kind):
                 # Ended episodes by outcome; the others by status (an episode a stopped run left is `abandoned`
                 # when the resumed run redoes its slot: counted, never refused).
-                counts.update(e.outcome if e.status == "done" else f"status:{e.status}"
+                counts.update((e.outcome or "no outcome") if e.status == "done" else f"status:{e.status}"
                               for e in store.list_episodes(run_id=run.id, round_id=rnd.id))
         return dict(sorted(counts.items()))
     finally:
