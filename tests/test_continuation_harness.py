@@ -31,6 +31,7 @@ from agentlightning_cli.rollout.plan import FINAL
 from tests import run_support as rs
 from tests.harness_support import harness_home, installed
 from tests.test_continuation_proxy import rows_of_calls
+from tests.train_support import sampled_spans
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 
@@ -108,18 +109,6 @@ def run_modes(tmp_path: Path, server, model: Path, harness: str, tasks: dict[str
         assert len(final) == len(tasks), [(e.task_id, e.status) for e in episodes]
         out[mode] = (store, final)
     return out
-
-
-def sampled_spans(row) -> list[list[int]]:
-    """The row's mask-1 stretches: what it trains as sampled."""
-    spans, start = [], None
-    for i, m in enumerate([*row.mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append(row.completion_ids[start:i])
-            start = None
-    return spans
 
 
 def generated_ids(call) -> list[int]:

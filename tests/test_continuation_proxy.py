@@ -30,6 +30,7 @@ from agentlightning_cli.proxy.server import Proxy
 from agentlightning_cli.store import Store
 from agentlightning_cli.train.rows import RowContext, build_rows
 from tests.harness_support import harness_home
+from tests.train_support import sampled_spans
 
 pytestmark = [pytest.mark.vllm]
 
@@ -172,13 +173,7 @@ def test_a_rewriting_template_breaks_render_on_nearly_every_call_and_exact_on_no
     [row] = report.rows
     assert row.call_ids == [c.id for c in calls]
     # every assistant span of the row is exactly what vLLM's generate sampled for that call
-    spans, start = [], None
-    for i, m in enumerate([*row.mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append(row.completion_ids[start:i])
-            start = None
+    spans = sampled_spans(row)
     sampled = [json.loads(c.upstream_response)["choices"][0]["token_ids"] for c in calls]
     assert spans == sampled == [c.completion_token_ids for c in calls]
     for call in calls:  # what was sent: the continued prompt, as the generate request the record keeps

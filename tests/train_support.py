@@ -95,3 +95,15 @@ def record_exact_round(store: Store, run_id: str, index: int, *, tasks: int = 2,
             add("c3", "fork", a1 + ids(4), reason="edited", parent="c1", masked=[span])
             store.update_episode(ep.id, status="done", outcome="finished", reward=float(attempt % 2))
     return rnd
+
+
+def sampled_spans(row) -> list[list[int]]:
+    """The row's mask-1 stretches: what it trains as sampled."""
+    spans, start = [], None
+    for i, m in enumerate([*row.mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append(row.completion_ids[start:i])
+            start = None
+    return spans
