@@ -85,26 +85,41 @@ def _cell(text: str) -> str:
 
 
 TABLE = ["| key | type | default | environment | what it does |", "|---|---|---|---|---|"]
+TOP_TABLE = [TABLE[0] + " read by |", TABLE[1] + "---|"]
 
 
-def _row(path: tuple[str, ...], field: Any, doc: str) -> str:
-    return (f"| `{'.'.join(path)}` | `{_type_name(field.annotation).replace('|', chr(92) + '|')}` | "
-            f"{_default(field, path)} | `{env_name(path)}` | {_cell(doc)} |")
+def _row(path: tuple[str, ...], field: Any, doc: str, read_by: str | None = None) -> str:
+    row = (f"| `{'.'.join(path)}` | `{_type_name(field.annotation).replace('|', chr(92) + '|')}` | "
+           f"{_default(field, path)} | `{env_name(path)}` | {_cell(doc)} |")
+    return row if read_by is None else f"{row} {read_by} |"
+
+
+def _commands(names: list[str], every: int) -> str:
+    if len(names) == every:
+        return "every command"
+    return ", ".join(f"`{name}`" for name in names) or "no command"
 
 
 def render() -> str:
     from agentlightning_cli.config import Settings
+    from agentlightning_cli.docgen.cli_reference import root_command, walk
+    from agentlightning_cli.docgen.settings_readers import readers
 
+    read_by = readers(Settings.model_fields)
+    every = sum(1 for _, c in walk(root_command()) if not getattr(c, "commands", None))
     out = [HEADER, "# Settings reference", "",
            "Every key alight reads from `alight.yaml` (project), `~/.config/alight/config.yaml` (user) or the",
            "environment, with its type and default ([Configuration](../configuration.md) explains the layers).",
            "In the environment a nested key joins its parts with `__`; the value is read as YAML",
            "(`ALIGHT_SERVE__DEVICES='[0, 1]'`); `<NAME>` stands for a harness's name.",
-           "`alight config show` prints the resolved values.", "", "## Top level", "", *TABLE]
+           "`alight config show` prints the resolved values.",
+           "*Read by* lists the commands whose code reads a key or its section (found in the source by",
+           "`agentlightning_cli/docgen/settings_readers.py`, following calls from each command).",
+           "", "## Top level", "", *TOP_TABLE]
     sections = []
     for path, field, doc, sub in rows(Settings):
         if len(path) == 1 and sub is None:
-            out.append(_row(path, field, doc))
+            out.append(_row(path, field, doc, _commands(read_by[path[0]], every)))
         elif len(path) == 1:
             sections.append((path[0], sub, []))
         elif sub is None:
@@ -113,5 +128,6 @@ def render() -> str:
         out += ["", f"## `{name}`", ""]
         if sub.__doc__ and "Usage docs" not in sub.__doc__:
             out += [inspect.cleandoc(sub.__doc__), ""]
+        out += [f"Read by: {_commands(read_by[name], every)}.", ""]
         out += [*TABLE, *lines]
     return "\n".join(out).rstrip() + "\n"
