@@ -94,13 +94,19 @@ def test_troubleshooting_lists_errors_with_their_hints_from_the_code():
 
 def test_bench_tables_show_what_their_shape_allows_and_name_what_they_skip(tmp_path: Path):
     (tmp_path / "x.json").write_text(json.dumps({
-        "cpus": 2, "rows": [{"concurrency": 1, "per_min": 6.1}, {"concurrency": 2, "per_min": 13.25}],
-        "machine": {"load": 1.5}, "runs": {"fast": {"cpu": {"ms": 1.25, "n": 3}}},
-        "deep": {"a": {"b": {"c": {"d": {"e": 1}}}}}}))
+        "cpus": 2, "rows": [{"concurrency": 1, "per_min": 6.1, "rounds": [{"round": 0, "s": 9.5}]},
+                            {"concurrency": 2, "per_min": 13.25, "cost": {"max_s": 0.2}}],
+        "machine": {"load": 1.5}, "runs": {"fast": {"cpu": {"ms": 1.25, "n": 3}}}, "dropped": {},
+        "wide": [{f"c{i}": i for i in range(13)}, {"c0": 7}],
+        "samples": [{"ms": i} for i in range(41)], "grid": [[1, 2], [3, 4]]}))
     page = bench_tables.render(tmp_path)
-    assert "| cpus | 2 |" in page and "| concurrency | per_min |" in page and "| 2 | 13.25 |" in page
-    assert "| load | 1.5 |" in page and "`runs.fast`:\n\n|  | ms | n |\n|---|---|---|\n| cpu | 1.25 | 3 |" in page
-    assert "*Not shown* (nested): `deep.a.b` (an object of 1 keys)." in page
+    assert "| cpus | 2 |" in page and "| load | 1.5 |" in page and "`dropped`: (none)" in page
+    # a list of objects: one row each, a nested object as dotted columns, a list of objects in a row apart
+    assert "| concurrency | per_min | cost.max_s |\n|---|---|---|\n| 1 | 6.1 |  |\n| 2 | 13.25 | 0.2 |" in page
+    assert "`rows[0].rounds`:\n\n| round | s |\n|---|---|\n| 0 | 9.5 |" in page
+    assert "`runs`:\n\n|  | cpu.ms | cpu.n |\n|---|---|---|\n| fast | 1.25 | 3 |" in page  # an object of objects
+    assert "| field | 0 | 1 |\n|---|---|---|\n| c0 | 0 | 7 |\n| c1 | 1 |  |" in page  # 13 columns: on its side
+    assert "*Not shown* (nested): `samples` (a list of 41), `grid` (a list of 2)." in page
 
 
 @pytest.mark.parametrize("page", ["cli.md", "settings.md"])

@@ -1,9 +1,10 @@
 """docs/benchmarks-results.md from bench/results/*.json: each file's numbers as tables, as far as their shapes allow.
 
 The files have no common schema (each bench/*.py writes its own), so the shapes a table can show are read
-generically: top-level scalars; a list of flat objects (one row each); an object of scalars; an object of flat
-objects (one row per key); any other object is opened a level further (`rows.chat`), to three levels. What is
-still left is named under "not shown" with its shape, never dropped silently."""
+generically: top-level scalars; a list of objects (one row each, nested objects as dotted columns, a list of
+objects inside a row as its own table under `key[row].field`); an object of scalars; an object of objects (one row
+per key); any other object is opened a level further (`rows.chat`), to three levels. What is still left is named
+under "not shown" with its shape, never dropped silently."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ HEADER = ("<!-- generated from bench/results/*.json by `python -m agentlightning
           " do not edit by hand -->\n")
 MAX_ROWS = 40  # a longer list (per-sample timings) is named as skipped, with its length
 MAX_DEPTH = 3  # `a.b.c`: deeper than that, a table would need the reader to know the file's own layout
+MAX_COLUMNS = 12  # a wider table of few rows is shown on its side: a row per field
 
 
 def _scalar(value: Any) -> bool:
@@ -53,21 +55,61 @@ def _shape(value: Any) -> str:
     return type(value).__name__
 
 
+def _flatten(value: dict, prefix: str = "") -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """One row from a nested object: nested objects become dotted columns (`importance.mean`); lists of scalars stay
+    cells; what a cell cannot hold (a list of objects, a long list) is returned apart as (dotted key, value)."""
+    flat: dict[str, Any] = {}
+    apart: list[tuple[str, Any]] = []
+    for key, inner in value.items():
+        name = f"{prefix}{key}"
+        if _scalar(inner) or (isinstance(inner, list) and len(inner) <= 8 and all(_scalar(x) for x in inner)):
+            flat[name] = inner
+        elif isinstance(inner, dict) and inner:
+            sub_flat, sub_apart = _flatten(inner, f"{name}.")
+            flat.update(sub_flat)
+            apart += sub_apart
+        elif isinstance(inner, dict):
+            flat[name] = "(none)"
+        else:
+            apart.append((name, inner))
+    return flat, apart
+
+
+def _rows_table(key: str, labels: list[str], items: list[dict], depth: int, out: list[str],
+                skipped: list[str]) -> None:
+    """Objects as one table, one row each (labelled by `labels` where given); a table wider than MAX_COLUMNS is
+    turned on its side (a row per field, a column per object); what no cell holds follows under `key[label]`."""
+    flats, aparts = zip(*(_flatten(item) for item in items))
+    columns = list(dict.fromkeys(c for row in flats for c in row))
+    names = labels or [str(i) for i in range(len(items))]
+    if len(columns) > MAX_COLUMNS and len(items) <= MAX_COLUMNS:
+        out += [f"`{key}`:", "", *_table(["field", *names], [[c, *(row.get(c) for row in flats)] for c in columns])]
+    else:
+        head = ["", *columns] if labels else columns
+        out += [f"`{key}`:", "", *_table(head, [([name] if labels else []) + [row.get(c) for c in columns]
+                                                for name, row in zip(names, flats)])]
+    for name, apart in zip(names, aparts):
+        for sub, inner in apart:
+            _render_value(f"{key}[{name}].{sub}", inner, depth + 1, out, skipped)
+
+
 def _render_value(key: str, value: Any, depth: int, out: list[str], skipped: list[str]) -> None:
-    """One non-scalar value as a table where its shape allows; an object that is none of the table shapes is
-    opened one level further (`rows.chat`), down to MAX_DEPTH; what is left is named in `skipped`."""
-    if isinstance(value, list) and value and all(_flat(v) for v in value) and len(value) <= MAX_ROWS:
-        columns = list(dict.fromkeys(c for row in value for c in row))
-        out += [f"`{key}`:", "", *_table(columns, [[row.get(c) for c in columns] for row in value])]
+    """One non-scalar value as a table where its shape allows: a list or object of objects one row each (nested
+    objects as dotted columns), an object of scalars as fields; an object of mixed values is opened one level
+    further (`rows.chat`), down to MAX_DEPTH; what is left is named in `skipped`."""
+    if isinstance(value, (list, dict)) and not value:
+        out += [f"`{key}`: (none)", ""]
     elif isinstance(value, list) and all(_scalar(v) for v in value) and len(value) <= MAX_ROWS:
         out += [f"`{key}`: {_fmt(value)}", ""]
-    elif isinstance(value, dict) and value and all(_scalar(v) for v in value.values()):
+    elif isinstance(value, list) and all(isinstance(v, dict) for v in value) and len(value) <= MAX_ROWS \
+            and depth <= MAX_DEPTH:
+        _rows_table(key, [], value, depth, out, skipped)
+    elif isinstance(value, dict) and all(_scalar(v) or (isinstance(v, list) and all(_scalar(x) for x in v)
+                                         and len(v) <= MAX_ROWS) for v in value.values()):
         out += [f"`{key}`:", "", *_table(["field", "value"], [[k, v] for k, v in value.items()])]
-    elif isinstance(value, dict) and value and all(_flat(v) for v in value.values()):
-        columns = list(dict.fromkeys(c for row in value.values() for c in row))
-        out += [f"`{key}`:", "", *_table(["", *columns], [[k, *(row.get(c) for c in columns)]
-                                                          for k, row in value.items()])]
-    elif isinstance(value, dict) and value and depth < MAX_DEPTH:
+    elif isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()) and depth <= MAX_DEPTH:
+        _rows_table(key, list(value), list(value.values()), depth, out, skipped)
+    elif isinstance(value, dict) and depth < MAX_DEPTH:
         scalars = [[k, v] for k, v in value.items() if _scalar(v)]
         if scalars:
             out += [f"`{key}`:", "", *_table(["field", "value"], scalars)]
