@@ -220,3 +220,16 @@ def test_alight_train_and_inspect_count_conversations_forks_and_breaks_of_exact_
     assert len(rows["rows"]) == 3 and [r["calls"] for r in rows["rows"]] == [[0, 2, 4], [1, 3], [5]]
     assert rows["conversations"] == {**counts, "calls": 6, "exact_calls": 6, "conversations": 2, "forks": {"edited": 1},
                                      "breaks": {"fork/edited": 1}, "breaks_per_100_calls": {"fork/edited": 16.67}}
+
+
+def test_calls_sampled_by_another_model_stop_before_training_naming_the_call(tmp_path: Path, tiny: Path):
+    """The demo run's calls hold ids up to ~32k (another tokenizer); the tiny model has 4,096: a clear error
+    naming the episode, the call and the id, not an IndexError from inside the forward pass."""
+    from agentlightning_cli.testing.inspect_store import build_demo_run
+
+    build_demo_run(tmp_path / "runs" / "demo")
+    result = alight_train(tmp_path, "demo", "--round", "1", "--base-model", str(tiny))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "outside the vocabulary of" in result.stderr and "(4096 ids)" in result.stderr, result.stderr[-2000:]
+    assert "first call call-" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "demo" / "adapters").exists()  # nothing trained, nothing written

@@ -100,6 +100,27 @@ def check_base_model(base_model: Path | None) -> Path:
     return Path(base_model)
 
 
+def check_vocabulary(rows: list[Any], base_model: Path) -> None:
+    """Every stored id must index the base model's embeddings. Calls sampled by another model (a wrong
+    `--base-model`, a run served with another tokenizer) otherwise end in an IndexError deep inside the forward
+    pass, or worse, train on ids that mean other tokens; a vocabulary too small is the one mismatch that is
+    certain from the ids alone."""
+    import json
+
+    config = json.loads((base_model / "config.json").read_text(encoding="utf-8"))
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(vocab, int):
+        return
+    for row in rows:
+        top = max(max(row.prompt_ids, default=-1), max(row.completion_ids, default=-1))
+        if top >= vocab:
+            raise AlightError(
+                f"the calls of episode {row.episode_id} (first call {row.call_ids[0]}) hold token id {top}, outside"
+                f" the vocabulary of {base_model} ({vocab} ids): they were sampled by another model",
+                hint="train with the model the run served: without --base-model, `alight train RUN` takes the one the"
+                     " run recorded (serve.model in its snapshot)")
+
+
 def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, settings: Any, out_dir: Path,
                 log: Callable[[str], None] = print_to_stderr, row_limit: int | None = None,
                 tracker: Any = None) -> TrainReport:
@@ -141,6 +162,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
         raise NothingToTrain(f"the {len(rewards)} rewarded episodes of round {round_index} have no calls with token"
                              f" ids to train on ({_counts(dropped)})",
                              hint=_no_rows_hint(dropped))
+    check_vocabulary(report.rows, base_model)
     (temperature, *filters), rows = _one_sampling(report.rows, dropped)
     scored, control = round_advantages(rewards, rows, dropped, t, round_index)
     if control.mode != "none":
