@@ -82,3 +82,17 @@ def test_check_runs_the_real_harness_and_reports(tmp_path: Path) -> None:
     assert report["ok"] and report["protocol"] == "openai-responses"
     assert report["calls"] == report["calls_with_token_ids"] == 2
     assert report["tool_executed"] and report["outcome"]["status"] == "finished"
+
+
+@pytest.mark.harness
+def test_check_of_the_text_mode_recipe_writes_its_command_as_text(tmp_path: Path) -> None:
+    """mini-swe-agent-text reads its command from the reply's text (no tools advertised): the check's scripted
+    model answers with a fenced block there, and the real harness runs it (it answered with a tool call before,
+    which text mode ignores: the check of a shipped recipe always failed)."""
+    installed("mini-swe-agent-text")
+    out = alight("harness", "check", "mini-swe-agent-text", "--json", home=harness_home(),
+                 env={"TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr + out.stdout
+    report = json.loads(out.stdout)
+    assert report["ok"] and report["tool_executed"] and report["out_txt"].strip() == "written by the scripted model"
+    assert report["calls"] == report["calls_with_token_ids"] == 2 and report["outcome"]["status"] == "finished"

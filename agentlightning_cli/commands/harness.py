@@ -44,13 +44,14 @@ class CheckReport:
 async def smoke_check(recipe: Recipe, installed: Installed, run_dir: Path | None = None, timeout_s: float = 300,
                       sandbox: str | None = None, limits: EpisodeLimits | None = None) -> CheckReport:
     """One scripted step of the real harness; `sandbox`/`limits` None: the settings'."""
-    from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+    from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, text_then_finish, tool_then_finish
     from agentlightning_cli.commands.smoke_env import SMOKE_PROMPT, SmokeEnvironment
 
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"alight-check-{recipe.name}-"))
     started = time.monotonic()
     prompt = f"{SMOKE_PROMPT} The file must contain: {OUT_TEXT}"
-    async with SmokeEnvironment(run_dir, tool_then_finish(None)) as env:
+    script = tool_then_finish(None) if recipe.tool_calls else text_then_finish()  # how the harness reads actions
+    async with SmokeEnvironment(run_dir, script) as env:
         spec = env.new_episode(recipe, run_dir / "workspace", prompt, timeout_s=timeout_s, max_turns=5,
                                sandbox=sandbox, limits=limits)
         outcome = await env.run(recipe, installed, spec)

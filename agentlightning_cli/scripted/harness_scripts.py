@@ -96,6 +96,19 @@ def tool_then_finish(harness: str | None = None, command: str = WRITE_COMMAND) -
     return reply
 
 
+def text_then_finish(command: str = WRITE_COMMAND) -> Callable[[dict], dict[str, Any]]:
+    """The same two steps for a harness that reads its command from the reply's text (a recipe with
+    `tool_calls: false`, mini-SWE-agent's text mode): a fenced bash block, then mini's submit command. The step is
+    the number of earlier assistant turns: text mode sends observations back as user turns, never as tool results."""
+
+    def reply(body: dict) -> dict[str, Any]:
+        step = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
+        run = command if step == 0 else MINI_SUBMIT
+        return {"content": f"Running a command.\n\n```bash\n{run}\n```"}
+
+    return reply
+
+
 def endless(harness: str | None = None, command: str = "true") -> Callable[[dict], dict[str, Any]]:
     """Always one more shell call: runs a harness into its turn limit, budget or timeout."""
     if harness is not None and harness not in SHELL_TOOLS:
