@@ -125,3 +125,26 @@ def test_the_changelog_page_points_readme_links_at_the_pages(tmp_path: Path):
         changelog.render_body(old)
     old.write_text("- see [the README](README.md#past-one-machine)\n")
     assert changelog.render_body(old) == "- see [the README](past-one-machine.md)\n"
+
+
+def test_marked_output_excerpts_are_rerun_and_a_stale_one_makes_its_page_stale(tmp_path: Path, monkeypatch):
+    from agentlightning_cli.docgen import excerpts
+
+    page = ("Intro.\n\n<!-- excerpt: tasks check docs/excerpts/bad.jsonl -->\n```text\n$ alight tasks check old\n"
+            "what it printed last year\n```\n\n<!-- excerpt: config show keep=3 -->\n```text\n```\nEnd.\n")
+    text = excerpts.render_page(page)
+    assert text.startswith("Intro.\n\n<!-- excerpt: tasks check docs/excerpts/bad.jsonl -->\n```text\n"
+                           "$ alight tasks check docs/excerpts/bad.jsonl\n"
+                           "/path/to/alight/docs/excerpts/bad.jsonl: INVALID (2 problems)\n")
+    assert "field 'reward': missing (required)" in text and "last year" not in text and text.endswith("```\nEnd.\n")
+    shown = text.split("<!-- excerpt: config show keep=3 -->\n```text\n")[1].split("```")[0].splitlines()
+    assert shown[0] == "$ alight config show" and shown[1].startswith("# user file:    ~/") and shown[-1] == "..."
+    assert len(shown) == 5  # the command, 3 lines kept, the cut
+    assert excerpts.render_page(text) == text  # nothing of this machine or this minute in it
+    # on the real docs: a marked page is checked like any generated page, and goes stale when its output changes
+    marked = DOCS / "task-formats.md"
+    assert marked in generated() and marked not in stale()
+    copy = tmp_path / "task-formats.md"
+    copy.write_text(marked.read_text(encoding="utf-8").replace("tasks:        16", "tasks:        15"))
+    monkeypatch.setattr(excerpts, "DOCS", tmp_path)
+    assert stale({copy: excerpts.renderers()[copy]}) == [copy]

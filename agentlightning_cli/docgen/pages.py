@@ -10,15 +10,16 @@ DOCS = ROOT / "docs"
 
 
 def generated() -> dict[Path, Callable[[], str]]:
-    """Whole pages, each rendered from its source. The store schema is a section of a hand-written page: its
+    """Whole pages, each rendered from its source (for pages with output excerpts: the page with them rerun). The store schema is a section of a hand-written page: its
     markers are kept by store/schema_doc.py, checked with the rest here."""
-    from agentlightning_cli.docgen import bench_tables, cli_reference, errors_reference, settings_reference
+    from agentlightning_cli.docgen import bench_tables, cli_reference, errors_reference, excerpts, settings_reference
 
     return {
         DOCS / "reference" / "cli.md": cli_reference.render,
         DOCS / "reference" / "settings.md": settings_reference.render,
         DOCS / "troubleshooting.md": errors_reference.render,
         DOCS / "benchmarks-results.md": bench_tables.render,
+        **excerpts.renderers(),  # hand-written pages whose marked output excerpts are rerun
     }
 
 
