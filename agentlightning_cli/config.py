@@ -231,6 +231,18 @@ class ContainerSettings(Section):
     """Before the round: pull the images that are not present (`missing`), none (`never`), or all (`always`)."""
 
 
+class HarborSettings(Section):
+    """Harbor task directories (`--task-set DIR`, under `--sandbox container`): how their verifier is read and run."""
+
+    reward_key: str = "reward"
+    """The key of a task's reward.json that is the episode's reward (every key is kept in its reward detail)."""
+    timeout_multiplier: float = Field(default=1.0, gt=0)
+    """Multiplies every task's [agent] and [verifier] timeout_sec: they assume API models; a model on CPU is slower."""
+    verifier_network: bool = False
+    """Give the verifier the network when the task's verifier asks for one (its test.sh often installs tools); the
+    agent never gets one. An allowlist is not enforced: the host's network is given whole (the summary says so)."""
+
+
 class RaySettings(Section):
     """`alight run --executor ray`: read on each worker node (its own alight.yaml or ALIGHT_RAY__* environment)."""
 
@@ -270,6 +282,7 @@ class Settings(Section):
     what the harness needs are visible; no network), `container` (the same, in a container from the task's
     `image` or `container.image`, on podman or docker) or `none` (on the host; must be chosen explicitly)."""
     container: ContainerSettings = Field(default_factory=ContainerSettings)
+    harbor: HarborSettings = Field(default_factory=HarborSettings)
     episode_limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
     ray: RaySettings = Field(default_factory=RaySettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)

@@ -24,7 +24,9 @@ def test_list_json_shows_all_four_with_install_state(tmp_path: Path) -> None:
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     assert set(HARNESSES) <= set(rows)
     assert rows["codex"]["protocol"] == "openai-responses" and rows["codex"]["version"] == "0.171.0"
-    assert not any(r["installed"] for r in rows.values())
+    assert not any(r["installed"] for r in rows.values() if r["kind"] != "external")
+    # the oracle (Harbor tasks' own solutions) ships with alight and installs nothing
+    assert rows["oracle"]["kind"] == "external" and rows["oracle"]["installed"]
     assert rows["openhands"]["install_dir"] == str(tmp_path / "empty-home" / "harnesses" / "openhands-1.16.0")
 
 

@@ -235,3 +235,19 @@ async def test_run_mode_proxy_knows_only_registered_episodes(tmp_path):
         assert await asyncio.to_thread(get, url, key) == 200
         assert await asyncio.to_thread(get, url, "ek-wrong") == 401
         assert env.store.get_episode(ep).status == "pending"
+
+
+@pytest.mark.parametrize("k,header", [(1, ["pass@1"]), (4, ["pass@1", "pass@4"])])
+def test_the_summary_table_shows_pass_at_k_beside_pass_at_1_only_when_k_is_more_than_1(k, header):
+    import io
+
+    from rich.console import Console
+
+    from agentlightning_cli.rollout.summary import RoundSummary, TaskSummary, render
+
+    out = io.StringIO()
+    render(RoundSummary("r", 0, k, k, 0.5, [TaskSummary("t", k, 1, 0.5, 0.5, 1.0)], {"done": k}, {"finished": k}),
+           Console(file=out, width=120))
+    head = next(line for line in out.getvalue().splitlines() if "task" in line and "attempts" in line)
+    assert [cell.strip() for cell in head.strip("┃ ").split("┃")][-len(header):] == header
+    assert head.count("pass@") == len(header)

@@ -190,14 +190,17 @@ def test_a_folder_without_tasks_and_a_nameless_task(tmp_path: Path) -> None:
     the_problem(bad, bad / "task.toml", None, "is not a usable task name")
 
 
-def test_names_with_a_slash_pass_tasks_and_running_harbor_tasks_is_refused_cleanly(tmp_path: Path) -> None:
+def test_names_with_a_slash_pass_tasks_and_a_harbor_held_out_set_is_refused_cleanly(tmp_path: Path) -> None:
     """Task names are "org/name": --tasks takes them as they are (ids are never used as paths: workspaces and
-    episode folders are named by episode id). Running Harbor tasks is PART B: refused before anything starts."""
+    episode folders are named by episode id). A Harbor dataset as --eval-task-set is refused before anything
+    starts (tests/test_harbor_run.py runs them as the train set)."""
     from agentlightning_cli.commands.run_checks import RunOptions, load_task_subset
+    from agentlightning_cli.tasks.harbor import refuse_held_out
 
     opts = RunOptions(task_set=EXAMPLES, harness="mini-swe-agent", tasks=["alight-examples/shout"])
-    with pytest.raises(AlightError, match=r"is a Harbor dataset \(4 task\(s\)\); running Harbor tasks is not"):
-        load_task_subset(opts)
+    assert [t.id for t in load_task_subset(opts)] == ["alight-examples/shout"]
+    with pytest.raises(AlightError, match=r"is a Harbor dataset \(4 task\(s\)\); evaluating Harbor tasks inside"):
+        refuse_held_out(EXAMPLES, check_task_file(EXAMPLES).tasks)
 
 
 def test_context_hash_follows_the_build_context(tmp_path: Path) -> None:
@@ -281,3 +284,14 @@ def test_atif_marks_history_a_harness_rewrote_as_copied_context(tmp_path: Path) 
     copied = [s for s in told if s[1]]
     assert [s[0] for s in copied] == ["system", "user", "system"], told  # system prompt, summary, orphan result
     assert copied[1][2].startswith("Summary so far") and told[-1][:2] == ["agent", False]
+
+
+def test_a_harbor_task_directory_is_a_place_no_sandbox_may_show() -> None:
+    """Its tests/ and solution/ go into a container only after the agent (solution/ only for the oracle): a
+    recipe's sandbox.read_only naming the directory is refused like any hidden file."""
+    from agentlightning_cli.sandbox.exposure import Mount, exposures, protected_places
+
+    task = next(t for t in check_task_file(EXAMPLES).tasks if t.id == "alight-examples/fix-median")
+    places = protected_places(tasks=[task])
+    found = exposures([Mount(task.harbor.task_dir / "tests", "sandbox.read_only of my.yaml")], places)
+    assert len(found) == 1 and "task alight-examples/fix-median's Harbor directory" in found[0], found

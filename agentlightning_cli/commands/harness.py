@@ -119,6 +119,12 @@ def check_harness(name: str, settings: Settings | None = None, unsafe_expose: bo
     settings = settings or load_settings(flags={"sandbox": sandbox})
     settings.sandbox, settings.episode_limits = resolve(sandbox or settings.sandbox, settings.episode_limits)
     recipe = recipes.load(name)
+    from agentlightning_cli.rollout.harbor_episode import is_oracle
+
+    if is_oracle(recipe):
+        raise AlightError("the oracle harness runs Harbor tasks' own solution/solve.sh and calls no model: there is "
+                          "no scripted step to check",
+                          "check a Harbor dataset's solutions with `alight tasks check DIR --oracle`")
     _, version, timeout = _override(settings, recipe.name)
     installed = installs.require_installed(recipe, settings.home, version)
     # The same guard as `alight run` (no task set here): refused before the episode starts.

@@ -75,6 +75,10 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
     environment_warning = swebench_environment_warning(tasks) if settings.sandbox != "container" else None
     if environment_warning:
         print(f"alight run: WARNING: {environment_warning}", file=sys.stderr, flush=True)
+    from agentlightning_cli.rollout.harbor_episode import is_oracle
+    from agentlightning_cli.tasks.harbor import check_running
+
+    check_running(opts.task_set, tasks, settings.sandbox, recipe.name, is_oracle(recipe))
     if settings.sandbox == "bwrap":  # before anything starts: a machine that cannot sandbox gets the fix now
         from agentlightning_cli.sandbox import ensure_available
 
@@ -222,7 +226,7 @@ def _run_rounds(settings: Settings, opts: RunOptions, store: Store, run_row: Run
         RunContext, store=store, recipe=recipe, installed=installed, run_id=run_row.id, run_dir=run_dir,
         sources=SourceCache(run_dir / "sources"), sandbox=settings.sandbox, limits=settings.episode_limits,
         container_runtime=settings.container.runtime, grading_network=settings.container.grading_network,
-        timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
+        harbor=settings.harbor, timeout_s=opts.timeout_s, max_turns=opts.max_turns, keep_workspaces=opts.keep_workspaces, seed=opts.seed,
         paired_seeds=opts.paired_seeds,
         setup_timeout_s=opts.setup_timeout_s, reward_timeout_s=opts.reward_timeout_s)
     done = _already_complete(store, run_row, tasks, opts)

@@ -108,9 +108,6 @@ def load_task_subset(opts: RunOptions) -> list[Any]:
     tasks = load_tasks(opts.task_set, opts.swebench_mirror)
     if not tasks:
         raise AlightError(f"task set {opts.task_set} has no tasks", "add one JSON object per line")
-    from agentlightning_cli.tasks.harbor import refuse_running
-
-    refuse_running(opts.task_set, tasks)
     if opts.tasks:
         known = {t.id for t in tasks}
         unknown = [t for t in opts.tasks if t not in known]
@@ -172,6 +169,7 @@ def container_images(settings: Any, tasks: list[Any], recipe: Any = None, instal
             "take the rows from a current SWE-bench dataset, add the three fields to each line (your own eval "
             "script with the markers, e.g. log_parser parse_log_pytest, eval_type pass_and_fail), or run them under "
             "--sandbox bwrap with alight's pytest reward over the listed tests (not the official grading)")
+    tasks = harbor_images(settings, tasks)
     # A SWE-bench row's project comes from its image (/testbed, installed and built), never from a fetch.
     tasks = [t.model_copy(update={"image": t.image or t.swebench.image or published_image(
                  t.id, settings.container.swebench_image), "repo": None, "repo_kind": "none"})
@@ -189,11 +187,27 @@ def container_images(settings: Any, tasks: list[Any], recipe: Any = None, instal
     harness = harness_check(recipe, installed) if recipe is not None and not installed.external else None
     for image in images:
         container.check_image(runtime, image)
-        if harness is not None:
-            version = container.check_harness(runtime, image, recipe.name, *harness)
-            print(f"alight run: image {image} runs {recipe.name} ({version or 'its check passed'})", file=sys.stderr,
-                  flush=True)
+    if harness is not None:  # per image, and per Harbor task's agent user (the harness runs as that user)
+        for image, user in dict.fromkeys((t.image, t.harbor.agent_user if t.harbor else None) for t in tasks):
+            version = container.check_harness(runtime, image, recipe.name, *harness, user=user)
+            as_user = f" as {user}" if user is not None else ""
+            print(f"alight run: image {image} runs {recipe.name}{as_user} ({version or 'its check passed'})",
+                  file=sys.stderr, flush=True)
     return tasks
+
+
+def harbor_images(settings: Any, tasks: list[Any]) -> list[Any]:
+    """Harbor tasks get their image: built from environment/Dockerfile (content-addressed, cached; one error
+    naming every task that cannot build), or their docker_image as given (pulled with the others)."""
+    harbor = [t for t in tasks if t.harbor is not None]
+    if not harbor:
+        return tasks
+    from agentlightning_cli.sandbox import container
+    from agentlightning_cli.tasks.harbor_image import task_images
+
+    runtime = container.runtime_path(settings.container.runtime)
+    images = task_images(runtime, (), [t for t in harbor if t.harbor.docker_image is None])
+    return [t.model_copy(update={"image": images[t.id]}) if t.id in images else t for t in tasks]
 
 
 def harness_check(recipe: Any, installed: Any) -> tuple[list[str], list[Path], dict[str, str]] | None:

@@ -48,6 +48,9 @@ class EpisodeSpec:
     too and the harness starts there."""
     limits: Any = None
     """config.EpisodeLimits; None: the `episode_limits` setting."""
+    task_fs: Any = None
+    """`sandbox: container`, a Harbor task: a sandbox.task_fs.TaskFS (the harness works in the image's own file
+    system, kept for the verifier when it ends)."""
     proxy_socket: str | None = None
     """The proxy's Unix socket (Proxy.unix_path); None: a relay to base_url's port is made for the episode."""
     proxy_listeners: str | None = None

@@ -117,7 +117,8 @@ async def open_box(recipe: Recipe, installed: Installed, spec: EpisodeSpec, epis
                            proxy_socket=Path(socket_path), proxy_port=url.port, limits=limits,
                            proxy_listeners=inbox if inbox is not None and inbox.exists() else None,
                            image=spec.image if mode == "container" else None, runtime=spec.container_runtime,
-                           workdir=spec.container_workdir if mode == "container" else None)
+                           workdir=spec.container_workdir if mode == "container" else None,
+                           task_fs=spec.task_fs if mode == "container" else None)
     try:
         return EpisodeBox(open_sandbox(box_spec, bwrap_exe), relay, mode)
     except BaseException:

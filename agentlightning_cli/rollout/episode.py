@@ -26,7 +26,7 @@ from agentlightning_cli.harness.env import EpisodeSpec
 from agentlightning_cli.harness.runner import EpisodeStopper, run_episode, store_call_counter
 from agentlightning_cli.proxy.control import slot_draw
 from agentlightning_cli.reward import run_reward
-from agentlightning_cli.rollout import scoring, stale
+from agentlightning_cli.rollout import harbor_episode, scoring, stale
 from agentlightning_cli.rollout.plan import Slot
 from agentlightning_cli.rollout.sources import SourceCache
 from agentlightning_cli.tasks import (AgentPatch, agent_patch, patch_base_dir, prepare_workspace, remove_base,
@@ -78,6 +78,8 @@ class EpisodeSettings:
     """`sandbox: container`: podman, docker or auto (each task carries its image)."""
     grading_network: bool = True
     """`sandbox: container`: SWE-bench grading containers get the network, as the official ones do."""
+    harbor: Any = None
+    """config.HarborSettings (Harbor tasks' reward key, timeout multiplier, verifier network); None: defaults."""
 
     def episode_settings(self) -> EpisodeSettings:
         """Just these settings (of a NodeContext or RunContext), to send to another machine."""
@@ -286,18 +288,29 @@ async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, ac
     and the reward runs: the head revokes the episode's key there, so nothing started by the episode can still
     call the model (or be recorded) while it is scored."""
     timings, t0 = {"prepare_s": prep_s}, time.monotonic()
+    harbor = slot.task.harbor is not None and node.sandbox == "container"
+    if harbor and harbor_episode.is_oracle(node.recipe):  # no model, no harness process: solve.sh, then test.sh
+        ending, reason, exit_code, graded = await asyncio.to_thread(harbor_episode.oracle, node, slot, timings)
+        if harness_ended is not None:
+            harness_ended()
+        return await asyncio.to_thread(_ended, node, slot, workspace, t0, timings, ending, reason, exit_code, 0,
+                                       None, None, graded)
+    fs = None
     spec = EpisodeSpec(
         episode_id=slot.episode_id, prompt=slot.task.prompt, workspace=workspace, base_url=access.base_url,
         api_key=access.key, run_dir=node.run_dir, max_turns=node.max_turns,
-        timeout_s=node.timeout_s or slot.task.timeout_s,
+        timeout_s=harbor_episode.agent_timeout(node, slot.task) if harbor else node.timeout_s or slot.task.timeout_s,
         proxy_socket=access.proxy_socket, proxy_listeners=access.proxy_listeners, proxy_remote=access.proxy_remote,
-        sandbox=node.sandbox, limits=node.limits, image=slot.task.image, container_runtime=node.container_runtime,
+        sandbox=node.sandbox, limits=harbor_episode.limits_for(node.limits, slot.task) if harbor else node.limits,
+        image=slot.task.image, container_runtime=node.container_runtime,
         container_workdir=slot.task.container_workdir)
     t = time.monotonic()
     seen: dict[str, Any] | None = None
     history = _history_record(patch_base_dir(node.run_dir, slot.episode_id))
     assert node.count_calls is not None
     try:
+        if harbor:  # the harness works in the image's own file system, kept for the verifier
+            spec.task_fs = fs = harbor_episode.task_fs(node, slot.episode_id, slot.task)
         outcome = await run_episode(node.recipe, node.installed, spec, node.count_calls, node.stopper)
         ending, reason, exit_code, calls = outcome.status, outcome.reason, outcome.exit_code, outcome.calls or 0
         seen = outcome.detail  # the sandbox it ran in, its peak use, leftovers killed: kept with the episode
@@ -309,9 +322,24 @@ async def work(node: NodeContext, slot: Slot, workspace: Path, prep_s: float, ac
         seen = {**(seen or {}), "history": history}
     if harness_ended is not None:
         harness_ended()
-    made, (status, reward, error, detail) = await asyncio.to_thread(_score, node, slot, workspace, timings)
+    if harbor:
+        graded = await asyncio.to_thread(harbor_episode.grade, node, slot, fs, timings)
+        return await asyncio.to_thread(_ended, node, slot, workspace, t0, timings, ending, reason, exit_code,
+                                       calls, seen, None, graded)
+    made, graded = await asyncio.to_thread(_score, node, slot, workspace, timings)
+    return await asyncio.to_thread(_ended, node, slot, workspace, t0, timings, ending, reason, exit_code, calls,
+                                   seen, made, graded)
+
+
+def _ended(node: NodeContext, slot: Slot, workspace: Path, t0: float, timings: dict[str, float], ending: str,
+           reason: str | None, exit_code: int | None, calls: int, seen: dict[str, Any] | None,
+           made: AgentPatch | None, graded: tuple[str, float | None, str | None, dict]) -> Result:
+    """The episode's Result once it is scored; its workspace removed (unless kept)."""
+    status, reward, error, detail = graded
     if not node.keep_workspaces:
-        await asyncio.to_thread(shutil.rmtree, workspace, True)
+        shutil.rmtree(workspace, True)
+    if made is None:  # a Harbor task: the agent worked in its container, not the workspace; nothing to diff
+        remove_base(patch_base_dir(node.run_dir, slot.episode_id))
     timings["run_s"] = time.monotonic() - t0
     return Result(status, ending, reward, detail, seen, exit_code, error=error or (reason if ending != "finished" else None),
                   why=error or reason, calls=calls, patch=made, timings=timings)

@@ -70,9 +70,9 @@ def held_out(settings: Any, opts: Any, train_tasks: list[Any]) -> HeldOut | None
     tasks = load_tasks(Path(path), opts.swebench_mirror)
     if not tasks:
         raise AlightError(f"held-out task set {path} has no tasks", "add one JSON object per line")
-    from agentlightning_cli.tasks.harbor import refuse_running
+    from agentlightning_cli.tasks.harbor import refuse_held_out
 
-    refuse_running(Path(path), tasks)
+    refuse_held_out(Path(path), tasks)
     check_disjoint(path, tasks, opts.task_set, train_tasks)
     return HeldOut(Path(path).absolute(), tasks, attempts, every)
 

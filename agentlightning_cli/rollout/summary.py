@@ -129,11 +129,12 @@ def render(summary: RoundSummary, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {summary.run}, round {summary.round}", title_justify="left")
-    for col in ("task", "attempts", "solved", "mean reward", "pass@1", f"pass@{summary.k}"):
+    with_k = summary.k != 1  # one attempt per task: pass@k is pass@1, shown once
+    for col in ("task", "attempts", "solved", "mean reward", "pass@1", *([f"pass@{summary.k}"] if with_k else [])):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t in summary.tasks:
         table.add_row(t.task_id, str(t.attempts), str(t.solved), _fmt(t.mean_reward), _fmt(t.pass_at_1),
-                      _fmt(t.pass_at_k))
+                      *([_fmt(t.pass_at_k)] if with_k else []))
     console.print(table)
     console.print(f"episodes: {summary.episodes}   mean reward: {_fmt(summary.mean_reward)}   calls: {summary.calls}")
     console.print("status:   " + ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentlightning_cli.config import EpisodeLimits
 from agentlightning_cli.errors import AlightError
@@ -59,6 +60,9 @@ class SandboxSpec:
     workdir: str | None = None
     """A container only: where the image expects its project (SWE-bench's /testbed). The command's folder is bound
     there too (the same files at both paths) and the command starts there."""
+    task_fs: Any = None
+    """A container only: a sandbox.task_fs.TaskFS (a Harbor task): the command works in the image's own file
+    system, which is kept for the task's verifier when it ends."""
 
 
 def bwrap_path() -> str:

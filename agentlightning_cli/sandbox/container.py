@@ -137,20 +137,30 @@ def check_image(runtime: str, image: str) -> None:
 
 
 def check_harness(runtime: str, image: str, name: str, argv: list[str], read_only: list[Path],
-                  env: Mapping[str, str]) -> str:
+                  env: Mapping[str, str], user: str | int | None = None) -> str:
     """Once per image, before the round: the harness's own check command (`--version`, `--help`) run in a
     container from `image` with the mounts an episode gets (`read_only`: its install, its interpreters) and the
-    episode's PATH, no network. Returns its first output line; AlightError with the fix when the image cannot run
-    the harness (a missing interpreter or library, an older C library), instead of a failure per episode."""
+    episode's PATH, no network; as `user` (a Harbor task's [agent].user) when given. Returns its first output line;
+    AlightError with the fix when the image cannot run the harness (a missing interpreter or library, an older C
+    library, an install another user cannot reach), instead of a failure per episode."""
     flags = runtime_args(runtime, image)
     args = [runtime, *flags, "run", "--rm", "--pull", "never", "--network", "none", *ulimit_args(),
-            "--tmpfs", "/tmp:rw", "-w", "/tmp", "-e", "HOME=/tmp"]
+            "--tmpfs", "/tmp:rw,mode=1777", "-w", "/tmp", "-e", "HOME=/tmp"]
+    if user is not None:
+        args += ["--user", str(user)]
     for path in bwrap.outermost(read_only):
         args += ["-v", f"{path}:{path}:ro"]
     for key in sorted(env):
         args += ["-e", f"{key}={env[key]}"]
     proc = subprocess.run([*args, "--entrypoint", argv[0], image, *argv[1:]], capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 and user is not None:
+        raise AlightError(
+            f"{name} cannot run in the image {image} as the task's [agent].user {user}: `{' '.join(argv)}` exited "
+            f"{proc.returncode}: {_last_line(proc.stderr or proc.stdout)}",
+            "the harness runs from its host install and interpreters, mounted at their host paths, which that user "
+            "must be able to reach: install harnesses and their Python outside root's home (ALIGHT_HOME=/opt/alight,"
+            " a system Python), or drop [agent].user from the task")
     if proc.returncode != 0:
         raise AlightError(
             f"{name} cannot run in the image {image}: `{' '.join(argv)}` exited {proc.returncode}: "
@@ -243,15 +253,29 @@ class ContainerSandbox:
                 "--network", "host" if spec.network else "none", *ulimit_args(),
                 "--pids-limit", str(spec.limits.processes + 1),
                 "--memory", f"{2 * spec.limits.memory_mb}m", "--memory-swap", f"{2 * spec.limits.memory_mb}m",
-                "--security-opt", "no-new-privileges", "--log-driver", "none",
-                "--tmpfs", f"/tmp:rw,size={spec.limits.file_size_mb}m"]
+                "--security-opt", "no-new-privileges", "--log-driver", "none"]
+        task_fs = spec.task_fs
+        if task_fs is None:
+            args += ["--tmpfs", f"/tmp:rw,size={spec.limits.file_size_mb}m"]
+        else:  # a Harbor task: the image's own file system, /tmp included (tasks keep files there)
+            if task_fs.user is not None:  # the task's agent user must write its HOME and tmp (made by root here)
+                args += ["--user", str(task_fs.user)]
+                _open_to_all(spec.writable)
+            if task_fs.cpus is not None:
+                args += ["--cpus", f"{task_fs.cpus:g}"]
+            if task_fs.storage_mb is not None:
+                args += ["--storage-opt", f"size={task_fs.storage_mb}m"]
+            for key, value in task_fs.env.items():
+                args += ["-e", f"{key}={value}"]
         args += ["--label", f"{LABEL_WORKSPACE}={cwd}"]  # a later run finds what a killed one left by it
         for path in bwrap.outermost([*spec.read_only, prefix]):
             args += ["-v", f"{path}:{path}:ro"]
         for path in bwrap.outermost(spec.writable):
             args += ["-v", f"{path}:{path}"]
         args += ["-v", f"{bwrap.compiled_forwarder().parent}:{bwrap.FORWARDER_DIR_INSIDE}:ro"]
-        if spec.workdir is not None:  # the project where the image's installs expect it, the same files
+        if task_fs is not None:  # nothing bound over the image's files; its workdir, else the image's WORKDIR
+            args += ["-w", task_fs.workdir] if task_fs.workdir else []
+        elif spec.workdir is not None:  # the project where the image's installs expect it, the same files
             args += ["-v", f"{cwd}:{spec.workdir}", "-w", spec.workdir]
         else:
             args += ["-w", str(cwd)]
@@ -324,6 +348,8 @@ class ContainerSandbox:
                 self.limit, self.breach = self.watchdog.limit_name, self.watchdog.breach
         state = subprocess.run([self.runtime, *self.flags, "inspect", "--format", "{{.State.OOMKilled}}", self.name],
                                capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        if self.spec.task_fs is not None:
+            self._commit(self.spec.task_fs)
         subprocess.run([self.runtime, *self.flags, "rm", "-f", self.name], capture_output=True, timeout=PROBE_TIMEOUT_S)
         if self.limit is None and state.stdout.strip() == "true":
             self.limit = "memory"
@@ -336,9 +362,34 @@ class ContainerSandbox:
                 self.limit = "file_size"
                 self.breach = f"file_size: {big} reached the {self.spec.limits.file_size_mb} MB limit"
 
+    def _commit(self, task_fs: Any) -> None:
+        """The ended container's file system kept as `task_fs.commit_to` for the task's verifier (stopped first:
+        a commit of a running container would race the processes the agent left)."""
+        subprocess.run([self.runtime, *self.flags, "stop", "-t", "0", self.name], capture_output=True,
+                       timeout=PROBE_TIMEOUT_S)
+        proc = subprocess.run([self.runtime, *self.flags, "commit", self.name, task_fs.commit_to],
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S * 5)
+        if proc.returncode == 0:
+            task_fs.committed = True
+        else:
+            task_fs.commit_error = f"{Path(self.runtime).name} commit failed: {_last_line(proc.stderr)}"
+
     @property
     def peak(self) -> dict[str, float]:
         return dict(self.watchdog.peak) if self.watchdog is not None else {}
+
+
+def _open_to_all(folders: list[Path]) -> None:
+    """Every file under the episode's own writable folders readable and writable by any user (they are private
+    to the episode; the container's user is the task's, not this process's)."""
+    for folder in folders:
+        for here, dirs, files in os.walk(folder):
+            for name in [*dirs, *files]:
+                target = os.path.join(here, name)
+                if not os.path.islink(target):
+                    os.chmod(target, os.stat(target).st_mode | 0o666 | (0o111 if name in dirs else 0))
+        if Path(folder).is_dir():
+            os.chmod(folder, os.stat(folder).st_mode | 0o777)
 
 
 def _alive(pid: int) -> bool:

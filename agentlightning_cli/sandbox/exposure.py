@@ -59,6 +59,9 @@ def protected_places(*, task_set: Path | None = None, tasks: list = (), runs_dir
     for task in tasks:
         if task.hidden_files is not None:
             places.append(Protected(_real(task.hidden_files), f"task {task.id}'s hidden files"))
+        if getattr(task, "harbor", None) is not None:  # tests/ and solution/ reach a container only after the agent
+            places.append(Protected(_real(task.harbor.task_dir), f"task {task.id}'s Harbor directory (its tests and "
+                                    "solution)"))
         if task.repo and task.repo_kind in ("dir", "git-dir"):
             places.append(Protected(_real(Path(task.repo)), f"task {task.id}'s source repository (its later "
                                     "history and files beyond the base commit)"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tomllib
 from pathlib import Path
 
@@ -27,14 +28,37 @@ SKIP_DIRS = {".git", ".hg", ".venv", "node_modules", "__pycache__"}
 MAX_ID = 200
 
 
-def refuse_running(task_set: Path, tasks: list[Task]) -> None:
-    """Until episodes run Harbor tasks (image build, test.sh in the episode's container, the oracle), a run of
-    them is refused before anything starts: any other path would grade them wrongly."""
+def refuse_held_out(task_set: Path, tasks: list[Task]) -> None:
+    """A Harbor dataset as `--eval-task-set` is refused before anything starts (its images are built and checked
+    for the train set's episodes only, so far): evaluate it with `alight eval --task-set DIR`."""
     harbor = [t.id for t in tasks if t.kind == "harbor"]
     if harbor:
-        raise AlightError(f"task set {task_set} is a Harbor dataset ({len(harbor)} task(s)); running Harbor tasks is "
-                          "not supported yet",
-                          f"`alight tasks check {task_set}` validates it and shows what each task asks for")
+        raise AlightError(f"held-out task set {task_set} is a Harbor dataset ({len(harbor)} task(s)); evaluating "
+                          "Harbor tasks inside a training run is not supported yet",
+                          f"evaluate them afterwards: `alight eval --task-set {task_set} --sandbox container "
+                          "--adapter DIR`")
+
+
+def check_running(task_set: Path, tasks: list[Task], sandbox: str, recipe_name: str, oracle: bool) -> None:
+    """Before anything starts: Harbor tasks run in their own image, so under `sandbox: container` only (their
+    verifier runs in the agent's container); the oracle harness runs Harbor tasks' solutions only. Tasks without a
+    solution under the oracle are listed (they end `harness_error`, graded as the image leaves them)."""
+    harbor = [t for t in tasks if t.kind == "harbor"]
+    if harbor and sandbox != "container":
+        raise AlightError(f"task set {task_set} holds {len(harbor)} Harbor task(s): they run in their own image, "
+                          f"with their verifier in the agent's container, under `--sandbox container` only (the "
+                          f"sandbox is {sandbox})", "add --sandbox container (podman or docker)")
+    if oracle:
+        other = [t.id for t in tasks if t.kind != "harbor"]
+        if other:
+            shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+            raise AlightError(f"the {recipe_name} harness runs Harbor tasks' solution/solve.sh; {len(other)} task(s) "
+                              f"of {task_set} are not Harbor tasks ({shown})",
+                              "pick Harbor tasks with --tasks, or use a harness that runs a model")
+        unsolved = [t.id for t in harbor if t.harbor.solution_dir is None]
+        if unsolved:
+            print(f"alight run: {len(unsolved)} task(s) have no solution/solve.sh (the oracle ends them "
+                  f"harness_error): {', '.join(unsolved)}", file=sys.stderr, flush=True)
 
 
 def find_task_dirs(root: Path) -> list[Path]:

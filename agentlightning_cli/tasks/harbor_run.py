@@ -8,7 +8,8 @@ background writer would otherwise race the verifier), and a reward file it wrote
 verdict: `reward_error`, never a score. What remains shared is the container's own tools (python3, pytest, the
 shell test.sh calls): an agent with root in the container can replace them, as in Harbor; the README says so.
 
-The container has no network (`--network none`), like every alight episode; `cpus` and `memory_mb` are the
+The container has no network (`--network none`), like every alight episode (the verifier's gets the host's
+when `harbor.verifier_network` is on and the task's verifier asks for one); `cpus` and `memory_mb` are the
 runtime's limits; `workdir` is every phase's working directory; `[environment].env` is set for every phase."""
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ class PhaseResult:
 class TaskContainer:
     """A running container for one task: `with TaskContainer(...) as box: box.exec(...)`; removed on exit."""
 
-    def __init__(self, runtime: str, flags: tuple[str, ...] | list[str], task: Task, image: str):
+    def __init__(self, runtime: str, flags: tuple[str, ...] | list[str], task: Task, image: str,
+                 network: bool = False):
         self.runtime, self.flags, self.task, self.image = runtime, list(flags), task, image
+        self.network = network
+        """The host's network (harbor.verifier_network, for a task whose verifier asks for one); else none."""
         self.name = f"alight-harbor-{secrets.token_hex(6)}"
         self.notes: list[str] = []
         """What of the task's settings could not be applied here (said, never silently dropped)."""
@@ -55,7 +59,7 @@ class TaskContainer:
         for env in (h.env, h.verifier_env, h.solution_env):
             resolve_env(self.task.id, env)  # a variable the host lacks fails here, before any phase
         argv = [self.runtime, *self.flags, "run", "-d", "--pull", "never", "--name", self.name, "--label",
-                f"{LABEL}={self.task.id}", "--network", "none", *ulimit_args()]
+                f"{LABEL}={self.task.id}", "--network", "host" if self.network else "none", *ulimit_args()]
         if h.cpus is not None:
             argv += ["--cpus", f"{h.cpus:g}"]
         if h.memory_mb is not None:
