@@ -203,3 +203,37 @@ def test_a_task_whose_agent_user_cannot_reach_the_harness_install_is_refused_bef
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert "as the task's [agent].user nobody" in proc.stderr and "ALIGHT_HOME=/opt/alight" in proc.stderr
         assert not (tmp_path / "r").exists()
+
+
+def test_the_agent_container_is_committed_with_its_files_and_a_later_run_removes_what_a_killed_one_left(
+        tmp_path: Path) -> None:
+    """The container sandbox with a TaskFS (a Harbor task): the command works in the image's own file system
+    (/tmp included), the ended container becomes an image labelled with the episode's workspace; a verifier
+    container labelled the same way is what a run killed mid-verifier leaves: `remove_under(run dir)` (what the next
+    `alight run` calls) removes both."""
+    from agentlightning_cli.sandbox import SandboxSpec
+    from agentlightning_cli.sandbox.container import remove_under, runtime_args, ulimit_args
+    from agentlightning_cli.sandbox.task_fs import TaskFS, trial_image
+    from agentlightning_cli.tasks import check_task_file
+    from agentlightning_cli.tasks.harbor_run import TaskContainer
+    from agentlightning_cli.tasks.shell import run_shell
+
+    exe = cs.podman()
+    run_dir = tmp_path / "run"
+    ws = run_dir / "workspaces" / "ep-killed"
+    ws.mkdir(parents=True)
+    fs = TaskFS(workdir="/opt", user=None, env={"TASK_VAR": "set"}, commit_to=trial_image("ep-killed"))
+    res = run_shell("pwd > /tmp/where.txt; echo $TASK_VAR >> /tmp/where.txt", ws, 120,
+                    sandbox=SandboxSpec(writable=[ws], image=cs.image(), runtime="podman", task_fs=fs))
+    assert res.exit_code == 0 and fs.committed and fs.commit_error is None, (res, fs)
+    shown = subprocess.run([exe, *runtime_args(exe, cs.IMAGE), "run", "--rm", *ulimit_args(), "--entrypoint", "cat",
+                            fs.commit_to, "/tmp/where.txt"], capture_output=True, text=True)
+    assert shown.stdout.splitlines() == ["/opt", "set"], shown  # the workdir and env, kept in the commit
+    label = subprocess.run([exe, "image", "inspect", "--format", '{{index .Config.Labels "alight.workspace"}}',
+                            fs.commit_to], capture_output=True, text=True).stdout.strip()
+    assert label == str(ws)
+    task = next(t for t in check_task_file(EXAMPLES).tasks if t.id == "alight-examples/hello-file")
+    box = TaskContainer(exe, runtime_args(exe, cs.IMAGE), task, fs.commit_to, workspace=ws).__enter__()  # left
+    assert remove_under(exe, run_dir) == 1
+    assert subprocess.run([exe, "container", "exists", box.name]).returncode != 0
+    assert subprocess.run([exe, "image", "exists", fs.commit_to]).returncode != 0

@@ -99,14 +99,17 @@ def _verdict(box: Any, node: Any, episode_id: str) -> tuple[str, float | None, s
     return "done", verdict.reward, None, detail
 
 
-def verifier_box(node: Any, task: Any, image: str) -> Any:
+def verifier_box(node: Any, task: Any, image: str, episode_id: str | None = None) -> Any:
     """A TaskContainer of `image` (the task's, or the agent's committed container, whose entrypoint is the
     forwarder's: the runtime's flags are found with the task's own image)."""
     from agentlightning_cli.tasks.harbor_run import TaskContainer
 
     runtime, flags = _runtime(node, task.image)
+    from agentlightning_cli.rollout import stale
+
     network = _settings(node).verifier_network and task.harbor.verifier_network.mode != "no-network"
-    return TaskContainer(runtime, flags, task, image, network=network)
+    workspace = stale.workspaces_root(Path(node.run_dir)) / episode_id if episode_id else None
+    return TaskContainer(runtime, flags, task, image, network=network, workspace=workspace)
 
 
 def grade(node: Any, slot: Any, fs: TaskFS | None, timings: dict[str, float]) -> tuple[str, float | None, str | None,
@@ -121,7 +124,7 @@ def grade(node: Any, slot: Any, fs: TaskFS | None, timings: dict[str, float]) ->
         return "reward_error", None, why, {"error": why}
     image = fs.commit_to if fs is not None and fs.committed else task.image
     try:
-        with verifier_box(node, task, image) as box:
+        with verifier_box(node, task, image, slot.episode_id) as box:
             if fs is not None and fs.storage_note:
                 box.notes.insert(0, fs.storage_note)
             verdict = _verdict(box, node, slot.episode_id)
@@ -145,7 +148,7 @@ def oracle(node: Any, slot: Any, timings: dict[str, float]) -> tuple[str, str | 
     t = time.monotonic()
     ending, reason, code = "finished", None, None
     try:
-        with verifier_box(node, task, task.image) as box:
+        with verifier_box(node, task, task.image, slot.episode_id) as box:
             if task.harbor.solution_dir is None:
                 ending, reason = "harness_error", f"task {task.id} has no solution/solve.sh"
             else:

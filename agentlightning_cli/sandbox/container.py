@@ -205,22 +205,29 @@ def copy_out(runtime: str, image: str, path: str, dest: Path) -> None:
 
 def remove_under(runtime: str, folder: Path) -> int:
     """Remove every container of alight's whose working folder is under `folder` (a run directory: what a killed
-    run left, running or not); returns how many."""
+    run left, running or not), then the images made from such containers (a Harbor episode's committed agent
+    container, killed before its verifier ended); returns how many containers."""
     ids = [cid for cid, workspace in labelled(runtime) if Path(workspace).is_relative_to(Path(folder).absolute())]
     if ids:
         subprocess.run([runtime, "rm", "-f", *ids], capture_output=True, timeout=PROBE_TIMEOUT_S)
+    images = [iid for iid, workspace in labelled(runtime, images=True)
+              if Path(workspace).is_relative_to(Path(folder).absolute())]
+    if images:
+        subprocess.run([runtime, "rmi", "-f", *images], capture_output=True, timeout=PROBE_TIMEOUT_S)
     return len(ids)
 
 
-def labelled(runtime: str) -> list[tuple[str, str]]:
-    """(container id, workspace) of alight's containers, running or not. Read with `inspect`, whose labels are a
-    map in podman and docker alike (`ps --format` differs: podman has no .Label, docker's .Labels is a string)."""
-    listed = subprocess.run([runtime, "ps", "-a", "-q", "--filter", f"label={LABEL_WORKSPACE}"],
+def labelled(runtime: str, images: bool = False) -> list[tuple[str, str]]:
+    """(id, workspace) of alight's containers, running or not (of its images with `images`). Read with `inspect`,
+    whose labels are a map in podman and docker alike (`ps --format` differs: podman has no .Label, docker's
+    .Labels is a string)."""
+    listing = ["images", "-q"] if images else ["ps", "-a", "-q"]
+    listed = subprocess.run([runtime, *listing, "--filter", f"label={LABEL_WORKSPACE}"],
                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    ids = listed.stdout.split()
+    ids = list(dict.fromkeys(listed.stdout.split()))
     if not ids:
         return []
-    found = subprocess.run([runtime, "inspect", "--format",
+    found = subprocess.run([runtime, "image" if images else "container", "inspect", "--format",
                             '{{.Id}} {{index .Config.Labels "' + LABEL_WORKSPACE + '"}}', *ids],
                            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     return [(line.split(" ", 1)[0], line.split(" ", 1)[1]) for line in found.stdout.splitlines() if " " in line]
@@ -367,7 +374,12 @@ class ContainerSandbox:
         a commit of a running container would race the processes the agent left)."""
         subprocess.run([self.runtime, *self.flags, "stop", "-t", "0", self.name], capture_output=True,
                        timeout=PROBE_TIMEOUT_S)
-        proc = subprocess.run([self.runtime, *self.flags, "commit", self.name, task_fs.commit_to],
+        # labelled with the episode's workspace: a later run removes it if this one dies before its verifier ends
+        workspace = subprocess.run([self.runtime, *self.flags, "inspect", "--format",
+                                    '{{index .Config.Labels "' + LABEL_WORKSPACE + '"}}', self.name],
+                                   capture_output=True, text=True, timeout=PROBE_TIMEOUT_S).stdout.strip()
+        change = ["--change", f"LABEL {LABEL_WORKSPACE}={workspace}"] if workspace else []
+        proc = subprocess.run([self.runtime, *self.flags, "commit", *change, self.name, task_fs.commit_to],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S * 5)
         if proc.returncode == 0:
             task_fs.committed = True

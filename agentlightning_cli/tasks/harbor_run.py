@@ -44,10 +44,12 @@ class TaskContainer:
     """A running container for one task: `with TaskContainer(...) as box: box.exec(...)`; removed on exit."""
 
     def __init__(self, runtime: str, flags: tuple[str, ...] | list[str], task: Task, image: str,
-                 network: bool = False):
+                 network: bool = False, workspace: Path | None = None):
         self.runtime, self.flags, self.task, self.image = runtime, list(flags), task, image
         self.network = network
         """The host's network (harbor.verifier_network, for a task whose verifier asks for one); else none."""
+        self.workspace = workspace
+        """An episode's workspace: the container is labelled with it, so a later run removes it if this one dies."""
         self.name = f"alight-harbor-{secrets.token_hex(6)}"
         self.notes: list[str] = []
         """What of the task's settings could not be applied here (said, never silently dropped)."""
@@ -58,7 +60,10 @@ class TaskContainer:
         h = self.task.harbor
         for env in (h.env, h.verifier_env, h.solution_env):
             resolve_env(self.task.id, env)  # a variable the host lacks fails here, before any phase
-        argv = [self.runtime, *self.flags, "run", "-d", "--pull", "never", "--name", self.name, "--label",
+        from agentlightning_cli.sandbox.container import LABEL_WORKSPACE
+
+        labels = ["--label", f"{LABEL_WORKSPACE}={self.workspace}"] if self.workspace is not None else []
+        argv = [self.runtime, *self.flags, "run", "-d", "--pull", "never", "--name", self.name, *labels, "--label",
                 f"{LABEL}={self.task.id}", "--network", "host" if self.network else "none", *ulimit_args()]
         if h.cpus is not None:
             argv += ["--cpus", f"{h.cpus:g}"]
