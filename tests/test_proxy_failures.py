@@ -196,3 +196,23 @@ async def test_store_failure_fails_closed_with_503(env):
     got, _, _ = await post(env.url(ep), json.dumps({"messages": HELLO, "stream": True}), key)
     assert got == 503 and len(env.fake.requests) == served_before  # nothing more reaches the model
     await asyncio.sleep(0)
+
+
+async def test_a_client_gone_before_the_stream_starts_is_recorded_partial(tmp_path):
+    """The client hung up while the upstream was still on its first byte (a long prefill: Claude Code gives up on
+    a 30k-token first call and retries): the call is `partial`, saying so, not an internal error with a traceback."""
+    env = await start_env(tmp_path, FakeScript(turns=["never read"], delay_s=1.0))
+    try:
+        ep, key = env.episode()
+        raw = json.dumps({"messages": HELLO, "stream": True}).encode()
+        host, port = env.proxy.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST /e/{ep}/v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n".encode() + raw)
+        await writer.drain()
+        writer.close()  # gone before the upstream's first byte (it answers after 1 s)
+        [call] = await env.calls(ep, 1)
+        assert call.status == "partial" and call.stream, (call.status, call.error)
+        assert "client disconnected before the stream started" in call.error
+    finally:
+        await stop_env(env)

@@ -293,7 +293,12 @@ async def _streamed(ex: Exchange, io: TokenIO, chains: Chains, decision: Decisio
 
     translator = open_translator()
     reply = _Reply()
-    out = await ex.start_stream()
+    try:
+        out = await ex.start_stream()
+    except ProxyReject:  # the client is gone: generate stops here, not at the end of its answer
+        with contextlib.suppress(RuntimeError):
+            await deltas.aclose()
+        raise
     sent: list[bytes] = []
     outcome, error, answered = "ok", None, False
     try:

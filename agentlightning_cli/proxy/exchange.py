@@ -106,7 +106,13 @@ class Exchange:
                               "unreachable") from exc
 
     async def start_stream(self) -> StreamWriter:
-        return self.request.start_stream(200, SSE_HEADERS)
+        """The stream's status and headers sent. A client that hung up while the upstream was still on its first
+        byte (a long prefill: a harness that gives up and retries) is a `partial` call, recorded by the request's
+        handler like any refusal; the caller's upstream stream is closed on the way out."""
+        try:
+            return self.request.start_stream(200, SSE_HEADERS)
+        except ConnectionResetError as exc:
+            raise ProxyReject(499, "alight: client disconnected before the stream started", "partial") from exc
 
     def finish_stream(self, outcome: str, sent: list[bytes], **fields: Any) -> None:
         """A stream's record is written after its last byte; a failure there flips the proxy to 503s."""
