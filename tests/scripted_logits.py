@@ -5,18 +5,22 @@ call. Loaded into a REAL vLLM server (`--logits-processors scripted_logits:Scrip
 server's PYTHONPATH), it leaves every request alone except those whose prompt holds MARKER: for those it forces, token
 by token, the reply the script gives for that prompt, everything else in the engine real (prompt ids, prefix cache,
 sampling, logprobs, the hermes tool parser, streaming, derender). The reply depends on how many tool results the
-prompt holds after the marker: a short text and one hermes tool call for each of the first CALLS calls, then a
-final answer; every reply ends its turn (`<|im_end|>`). The text before each call has spaces, so a template that
-cuts earlier assistant turns to their last word (tests/templates/rewrite_history.jinja) rewrites it.
+prompt holds after the marker: a short text and one hermes tool call for each of the first CALLS calls (3, or the
+server's SCRIPTED_TOOL_CALLS), then a final answer; every reply ends its turn (`<|im_end|>`). The text before each
+call has spaces, so a template that cuts earlier assistant turns to their last word (tests/templates/
+rewrite_history.jinja) rewrites it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 MARKER = "SCRIPTED-TOOL-EPISODE"
-CALLS = 3
-"""Tool calls per conversation before the final answer."""
+CALLS_ENV = "SCRIPTED_TOOL_CALLS"
+CALLS = int(os.environ.get(CALLS_ENV) or 3)
+"""Tool calls per conversation before the final answer: 3, or SCRIPTED_TOOL_CALLS from the environment of the
+process that imports this module (set it for the vLLM server; bench/continuation.py asks for 7: 8-call episodes)."""
 TOOL_RESULT = "<tool_response>"
 """How the chat template renders a tool result (rewrite_history.jinja, SmolLM2's and the tiny model's)."""
 FINAL = "All three listings are done and the task is finished."
