@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentlightning_cli.docgen.pages import DOCS, ROOT
+from agentlightning_cli.docgen.paths import DOCS, ROOT
 
 BLOCK = re.compile(r"(?P<marker><!-- excerpt: (?P<args>[^\n]*?) -->\n)```text\n.*?```\n", re.S)
 KEEP = re.compile(r"\s+keep=(\d+)$")

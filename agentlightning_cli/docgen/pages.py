@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+from agentlightning_cli.docgen.paths import DOCS, ROOT  # noqa: F401 - ROOT is read from here by tests
 
 
 def generated() -> dict[Path, Callable[[], str]]:
-    """Whole pages, each rendered from its source (for pages with output excerpts: the page with them rerun). The store schema is a section of a hand-written page: its
+    """Whole pages, each rendered from its source (for pages with output excerpts: the page with them rerun). The
+    store schema is a section of a hand-written page: its
     markers are kept by store/schema_doc.py, checked with the rest here."""
     from agentlightning_cli.docgen import bench_tables, cli_reference, errors_reference, excerpts, settings_reference
 
