@@ -64,16 +64,18 @@ class Model:
         self.eot = end_of_turn_ids(Path(tok.name_or_path) / "tokenizer.json")
         self.im_end = tok.convert_tokens_to_ids("<|im_end|>")
 
-    def render(self, body: dict) -> list[int]:
-        messages = []
-        for m in body["messages"]:  # vLLM's parse_chat_messages: tool-call arguments become objects
+    def render(self, body: dict, add_generation_prompt: bool = True, messages: int | None = None) -> list[int]:
+        """`messages`: render only the first N (with add_generation_prompt=False: a history render)."""
+        rendered = []
+        for m in body["messages"][:messages]:  # vLLM's parse_chat_messages: tool-call arguments become objects
             m = dict(m)
             if m.get("tool_calls"):
                 m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.loads(
                     c["function"]["arguments"])}} for c in m["tool_calls"]]
-            messages.append(m)
-        return self.tok.apply_chat_template(messages, tools=body.get("tools"), chat_template=self.template,
-                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+            rendered.append(m)
+        return self.tok.apply_chat_template(rendered, tools=body.get("tools"), chat_template=self.template,
+                                            add_generation_prompt=add_generation_prompt, tokenize=True,
+                                            return_dict=False)
 
     def sample(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False) + [self.im_end]
@@ -82,7 +84,11 @@ class Model:
 def call(chains: Chains, model: Model, body: dict, reply: str | dict, sampled: list[int] | None = None,
          finish: str = "stop", dropped: dict | None = None):
     """One proxied call: classify, 'generate' (the given reply), record. Returns (decision, sampled ids)."""
-    decision = chains.classify(canonical_request(body, dropped), model.render(body))
+    request = canonical_request(body, dropped)
+    decision = chains.classify(request, model.render(body))
+    if decision.history_messages:  # as the proxy does (continued.py): render the history up to the cut reply
+        history = model.render(body, add_generation_prompt=False, messages=decision.history_messages)
+        decision = chains.classify(request, model.render(body), history_ids=history)
     message = {"role": "assistant", "content": reply} if isinstance(reply, str) else reply
     if sampled is None:
         sampled = model.sample(message.get("content") or "")
@@ -177,11 +183,52 @@ def test_the_guard_also_checks_the_segment_count_of_the_history_render(tiny):
     assert chains.classify(request, model.render(body2), history_ids=short).reason == "skew"
 
 
-def test_a_reply_without_an_end_of_turn_id_falls_back_as_unclosed(tiny):
+def test_a_reply_cut_at_max_tokens_is_closed_with_the_renders_end_of_turn_id_and_continued(tiny):
     model = Model(tiny)
     chains = Chains(model.eot)
-    cut = tiny.encode("the first file", add_special_tokens=False)  # max_tokens reached: no <|im_end|>
-    call(chains, model, conversation("list the files"), "the first file", sampled=cut, finish="length")
+    first, _ = call(chains, model, conversation("list the files"), "the first file", finish="length",
+                    sampled=tiny.encode("the first file", add_special_tokens=False))  # no <|im_end|>
+    cut = tiny.encode("the first file", add_special_tokens=False)
+    body2 = conversation("list the files", "the first file", "go on")
+    second, s2 = call(chains, model, body2, "ok")
+    assert (second.kind, second.reason, second.closed_reply) == ("continue", None, [model.im_end])
+    # The sampled ids verbatim, then the id the template closes the turn with (context: no span covers it).
+    assert second.prompt_ids[:len(first.prompt_ids) + len(cut) + 1] == [*first.prompt_ids, *cut, model.im_end]
+    assert second.sampled_spans == [(len(first.prompt_ids), len(first.prompt_ids) + len(cut))]
+    assert second.prompt_ids == model.render(body2)  # ChatML closes a turn with <|im_end|> alone: the same ids
+    # The closing id stays in the chain: the next call continues after it, and a retry of the second call forks
+    # from the closed reply (its ids up to the closing id, the first reply's span masked).
+    body3 = conversation("list the files", "the first file", "go on", "ok", "more")
+    third, _ = call(chains, model, body3, "done")
+    assert third.kind == "continue" and third.closed_reply == [] and third.prompt_ids == model.render(body3)
+    assert third.prompt_ids[:len(second.prompt_ids) + len(s2)] == second.prompt_ids + s2
+    retry, _ = call(chains, model, body2, "other")
+    assert (retry.kind, retry.reason) == ("fork", "retry") and retry.prompt_ids == second.prompt_ids
+    assert retry.masked_spans == second.sampled_spans and retry.closed_reply == []
+
+
+def test_a_reply_cut_by_a_stop_string_keeps_the_sampled_stop_ids(tiny):
+    """The client saw the text without the stop string; the model sampled its ids: the continued prompt holds what
+    was sampled (closed), where the plain render would re-encode the shortened text."""
+    model = Model(tiny)
+    chains = Chains(model.eot)
+    sampled = tiny.encode("run ls\nEND", add_special_tokens=False)
+    first, _ = call(chains, model, conversation("list the files"), "run ls\n", sampled=sampled, finish="stop")
+    body2 = conversation("list the files", "run ls\n", "go on")
+    second, _ = call(chains, model, body2, "ok")
+    assert (second.kind, second.closed_reply) == ("continue", [model.im_end])
+    assert second.prompt_ids[len(first.prompt_ids):len(first.prompt_ids) + len(sampled) + 1] == [*sampled, model.im_end]
+    assert second.prompt_ids != model.render(body2) and [d["segment"] for d in second.differs] == [2]
+
+
+def test_an_unclosed_reply_whose_turn_the_render_never_closes_falls_back_as_unclosed(tiny):
+    """A template that renders no end-of-turn id after an assistant turn gives no id to close a cut reply with."""
+    model = Model(tiny, "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content }}"
+                        "{%- if m.role != 'assistant' %}{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+                        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    chains = Chains(model.eot)
+    call(chains, model, conversation("list the files"), "the first file", finish="length",
+         sampled=tiny.encode("the first file", add_special_tokens=False))
     body2 = conversation("list the files", "the first file", "go on")
     second, _ = call(chains, model, body2, "ok")
     assert (second.kind, second.reason) == ("fallback", "unclosed") and second.prompt_ids == model.render(body2)

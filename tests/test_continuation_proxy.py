@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from agentlightning_cli.config import ProxySettings, SamplingOverrides, ServeSettings
+from agentlightning_cli.inspect.continuation import continuation_json, continuation_lines
 from agentlightning_cli.inspect.tokens import end_of_turn_ids
 from agentlightning_cli.proxy.chat import plan_chat
 from agentlightning_cli.proxy.server import Proxy
@@ -461,3 +462,35 @@ def test_a_request_continuing_a_tip_while_another_is_in_flight_forks_as_parallel
     assert (c.continuation["kind"], c.continuation["chain"]) == ("continue", chain), c.continuation
     assert c.prompt_token_ids[:len(a.prompt_token_ids) + len(a.completion_token_ids)] == \
         a.prompt_token_ids + a.completion_token_ids
+
+
+def test_replies_cut_at_max_tokens_are_closed_and_continued_in_one_row(rewriting_vllm, tmp_path):
+    """Every reply stops at `length` (no end-of-turn token sampled): the next call continues it anyway, with the
+    sampled ids verbatim + the end-of-turn id the template closes an assistant turn with, read from vLLM's render
+    of the history up to the cut reply; one conversation, one row, the closing id context (not trained)."""
+    server, model = rewriting_vllm
+    im_end = end_of_turn_ids(model / "tokenizer.json")
+
+    def cut_agent(proxy: Proxy) -> list[dict]:
+        client, messages, replies = Client(proxy, "ep"), [SYSTEM, {"role": "user", "content": QUESTIONS[0]}], []
+        for i in range(4):
+            reply = client.chat(messages, seed=21 + i, max_tokens=5)
+            replies.append(reply)
+            messages = [*messages, {"role": "assistant", "content": reply["content"]},
+                        {"role": "user", "content": QUESTIONS[i + 1]}]
+        return replies
+
+    store, replies = in_proxy(server, model, tmp_path / "exact", "exact", cut_agent)
+    assert [r["finish_reason"] for r in replies] == ["length"] * 4
+    calls, report = rows_of(store, "ep", model)
+    decisions = [c.continuation for c in calls]
+    assert [d["kind"] for d in decisions] == ["start", "continue", "continue", "continue"], decisions
+    for before, call in zip(calls, calls[1:]):
+        closing = call.continuation["closed_reply"]
+        assert len(closing) == 1 and closing[0] in im_end
+        head = [*before.prompt_token_ids, *before.completion_token_ids, *closing]
+        assert call.prompt_token_ids[:len(head)] == head
+    assert report.breaks == {} and len(report.rows) == 1
+    assert sampled_spans(report.rows[0]) == [c.completion_token_ids for c in calls]
+    shown = "\n".join(continuation_lines(continuation_json(calls[1])))  # what `alight inspect show CALL` prints
+    assert f"closed the previous reply (cut without an end-of-turn token) with {closing}" in shown

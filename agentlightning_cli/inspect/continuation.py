@@ -6,8 +6,9 @@ reason (a retry, a dropped reply, an edit, a parallel request; the parent's samp
 conversation) or `fallback` with its reason (the plain render sent); the normalisations that fired when comparing
 the request with the chain; how many turns after the system text it shares; where the continued prompt differs
 from the plain render of the same messages (first token, the differing turn segments as [start, end) token ranges
-of each, the render's length); and the sampling params sent to generate. A call rendered from its messages (render
-mode, or relayed: several choices, prompt logprobs) has none: `null` in JSON.
+of each, the render's length); the end-of-turn id added after the previous reply where it was cut without one
+(`closed_reply`: max_tokens, a stop string); and the sampling params sent to generate. A call rendered from its
+messages (render mode, or relayed: several choices, prompt logprobs) has none: `null` in JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from agentlightning_cli.store import Call
 
 _KEYS = ("mode", "kind", "reason", "chain", "parent", "normalisations", "shared_messages", "first_difference",
-         "differs", "plain_len", "sampling_params", "sampled_spans", "masked_spans", "mismatch")
+         "differs", "plain_len", "sampling_params", "sampled_spans", "masked_spans", "mismatch", "closed_reply")
 
 
 def continuation_json(call: Call, raw: bool = False) -> dict[str, Any] | None:
@@ -30,6 +31,7 @@ def continuation_json(call: Call, raw: bool = False) -> dict[str, Any] | None:
     out["normalisations"] = dict(out["normalisations"] or {})
     out["shared_turns"] = out.pop("shared_messages")
     out["differs"] = [dict(d) for d in out["differs"] or []]
+    out["closed_reply"] = list(out["closed_reply"] or [])  # absent in calls recorded before it existed
     if raw and call.prompt_token_ids:
         for d in out["differs"]:
             start, end = d["prompt"]
@@ -55,6 +57,9 @@ def continuation_lines(cont: dict[str, Any] | None) -> list[str]:
                              f" {d['plain'][0]}..{d['plain'][1]})" for d in cont.get("differs") or [])
         lines.append(f"  differs from the plain render ({cont.get('plain_len')} tokens) from token"
                      f" {cont['first_difference']}: {segments or 'after the shared turns'}")
+    if cont.get("closed_reply"):
+        lines.append(f"  closed the previous reply (cut without an end-of-turn token) with {cont['closed_reply']}:"
+                     " context, not trained")
     if cont.get("masked_spans"):
         lines.append(f"  masked (the parent's sampled tokens): {cont['masked_spans']}")
     if cont.get("sampling_params") is not None:

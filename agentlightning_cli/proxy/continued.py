@@ -22,13 +22,14 @@ from typing import Any
 
 from agentlightning_cli.proxy.chat import ChatPlan
 from agentlightning_cli.proxy.continuation.chains import Chains, Decision
-from agentlightning_cli.proxy.continuation.normalise import canonical_request
+from agentlightning_cli.proxy.continuation.normalise import Request, canonical_request
 from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.exchange import Exchange, log
 from agentlightning_cli.proxy.http_server import Response, StreamWriter
 from agentlightning_cli.proxy.jsonio import dumps
 from agentlightning_cli.proxy.routing import UpstreamRouter
-from agentlightning_cli.proxy.token_io import GeneratedDelta, TokenIO, TokenIOError, derender_stream, generate_body
+from agentlightning_cli.proxy.token_io import (GeneratedDelta, Rendered, TokenIO, TokenIOError, derender_stream,
+                                              generate_body)
 from agentlightning_cli.proxy.translators import StreamTranslator
 from agentlightning_cli.proxy.upstream import UPSTREAM_DOWN
 
@@ -127,7 +128,10 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     except TokenIOError as exc:
         ex.fields["upstream_request"] = dumps(chat_request)
         return await _post_error(ex, exc)
-    decision = chains.classify(canonical_request(chat_request, dropped), rendered.prompt_ids)
+    request = canonical_request(chat_request, dropped)
+    decision = chains.classify(request, rendered.prompt_ids)
+    if decision.history_messages:  # a reply cut without an end-of-turn id: how does the template close its turn?
+        decision = await _closing_a_cut_reply(io, chains, request, chat_request, rendered, decision)
     prompt = decision.prompt_ids
     # Render resolved max_tokens for the plain prompt; a continued prompt has another length, so generate
     # resolves it again unless the client sent one (then it is the client's, as chat completions would keep it).
@@ -145,6 +149,19 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
         return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream)
     finally:  # every ending without a record (refused, unreachable, client gone, an exception) frees the chain
         chains.release(decision)
+
+
+async def _closing_a_cut_reply(io: TokenIO, chains: Chains, request: Request, chat_request: dict, rendered: Rendered,
+                               decision: Decision) -> Decision:
+    """Classify again with the render of the history up to the cut reply (chains.closing_ids): a continuation
+    with the reply closed, or the same `unclosed` fallback when the render does not close it (or fails)."""
+    history_body = {**chat_request, "messages": chat_request["messages"][:decision.history_messages],
+                    "add_generation_prompt": False, "continue_final_message": False}
+    try:
+        history = await _down(io.render(history_body))
+    except TokenIOError:
+        return decision  # the plain render stands: the call is answered, counted as `unclosed`
+    return chains.classify(request, rendered.prompt_ids, history_ids=history.prompt_ids)
 
 
 def _record(ex: Exchange, chains: Chains, decision: Decision, reply: dict, ids: list[int], finish: str | None) -> None:

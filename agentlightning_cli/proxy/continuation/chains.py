@@ -11,9 +11,16 @@ chain's ids + the new turns' ids from the plain render, under the skew guard of 
 node is not the chain's tip FORKS (reuses the parent's ids up to that node and masks the parent's sampled tokens
 there, so none is trained twice); one that shares no turn after the system text with any chain STARTS a new chain
 (a sub-agent: several live side by side, each one row). Where ids cannot continue, the plain render is sent
-(FALLBACK) with the reason: `unclosed` (the reply ended without an end-of-turn id: length, stop string), `skew`
-(the render does not repeat the chain's non-sampled turns id for id), `prefill` (a final assistant turn to
-continue: the render ends inside a turn).
+(FALLBACK) with the reason: `unclosed` (the reply ended without an end-of-turn id — length, a stop string — and
+the render does not show how its turn closes), `skew` (the render does not repeat the chain's non-sampled turns id
+for id), `prefill` (a final assistant turn to continue: the render ends inside a turn).
+
+A reply that ended without an end-of-turn id (cut at max_tokens, a stop string) is CLOSED rather than dropped: the
+sampled ids are kept verbatim and followed by the end-of-turn id the template closes that reply's turn with, read
+from a render of the history alone (up to and including the reply, no generation prompt: `closing_ids`) — what the
+model would see of its cut reply under any render, without re-encoding the text. The proxy renders that history
+only when a first classify asks for it (`Decision.history_messages`), then classifies again with it. The added id
+is context (no sampled span covers it), recorded in the decision as `closed_reply`.
 
 In flight: the proxy `begin`s a decision before it awaits generate and `release`s it on every ending (record does
 too). A second request continuing a chain whose continuation is still in flight forks as `parallel`: recording
@@ -54,6 +61,7 @@ class Node:
     sampled_len: int
     closed: bool  # the sampled ids end with an end-of-turn id (finish "stop" on the eos/eot token)
     finish_reason: str | None
+    closing_len: int = 0  # ids a later continuation added after an unclosed reply (closing_ids) in the chain's ids
 
 
 @dataclass
@@ -87,6 +95,10 @@ class Decision:
     mismatch: dict | None  # the first turn that differs from the parent ({index, fields}); None when none
     differs: list[dict]  # segments where prompt_ids differ from the plain render ({segment, prompt, plain})
     first_difference: int | None  # first token where prompt_ids differ from the plain render
+    closed_reply: list[int] = field(default_factory=list)  # ids added after an unclosed reply (closing_ids)
+    # An `unclosed` fallback that a render of the request's first N chat messages (the history up to the cut
+    # reply, system messages included, no generation prompt) may resolve: classify again with it as history_ids.
+    history_messages: int | None = None
     request: Request = field(repr=False, default=None)  # type: ignore[assignment]
     claimed: bool = field(repr=False, default=False)  # this decision holds its chain's in-flight mark (begin)
 
@@ -94,7 +106,7 @@ class Decision:
         """What the proxy records with the call (ids are recorded as the prompt already)."""
         return {k: getattr(self, k) for k in ("kind", "reason", "chain", "parent", "sampled_spans", "masked_spans",
                                               "normalisations", "shared_messages", "mismatch", "differs",
-                                              "first_difference")}
+                                              "first_difference", "closed_reply")}
 
 
 class Chains:
@@ -146,8 +158,15 @@ class Chains:
         else:
             kind, reason = "fork", _fork_reason(chain, node, is_reply, shared, len(request.messages), mismatch)
         base, spans = self._base(chain, node, is_reply)
-        if is_reply and not chain.nodes[node].closed:
-            return self._plain(request, plain_ids, "fallback", "unclosed", chain, fired, shared, mismatch)
+        closing: list[int] = []
+        if is_reply and not chain.nodes[node].closed and not chain.nodes[node].closing_len:
+            closing = closing_ids(base, history_ids, self.eot) if history_ids is not None else None
+            if not closing:
+                fallback = self._plain(request, plain_ids, "fallback", "unclosed", chain, fired, shared, mismatch)
+                if history_ids is None:
+                    fallback.history_messages = len(request.system) + shared
+                return fallback
+            base = [*base, *closing]
         done = continue_prompt(base, spans, plain_ids, self.eot, history_ids)
         if isinstance(done, str):
             return self._plain(request, plain_ids, "fallback", done, chain, fired, shared, mismatch)
@@ -157,7 +176,7 @@ class Chains:
                         parent=chain.id if kind != "continue" else chain.parent, prompt_ids=done.prompt_ids,
                         sampled_spans=own, masked_spans=masked, normalisations=_counts(fired),
                         shared_messages=shared, mismatch=mismatch, differs=done.differs,
-                        first_difference=done.first_difference, request=request)
+                        first_difference=done.first_difference, closed_reply=closing, request=request)
 
     def record(self, decision: Decision, reply: dict, sampled_ids: list[int], finish_reason: str | None) -> Chain:
         """Add the call once its reply is in: `reply` is the assistant message as returned to the client, in the
@@ -171,6 +190,8 @@ class Chains:
         ids = [*decision.prompt_ids, *sampled_ids]
         if decision.kind == "continue":
             chain = next(c for c in self.chains if c.id == decision.chain)
+            if decision.closed_reply:
+                chain.nodes[-1].closing_len = len(decision.closed_reply)
             chain.ids, chain.spans = ids, [*decision.sampled_spans, span]
             chain.masked = list(decision.masked_spans)
             chain.nodes.append(node)
@@ -186,8 +207,8 @@ class Chains:
         """The chain's ids up to a node (after its reply, or the closed part of its prompt) and every sampled
         span inside them (own and inherited)."""
         n = chain.nodes[node]
-        if is_reply:
-            end = n.prompt_len + n.sampled_len
+        if is_reply:  # after the reply, and the closing ids a continuation added after it where one did
+            end = n.prompt_len + n.sampled_len + n.closing_len
         else:  # the prompt without its generation prompt: up to its last closed turn
             closed = [e for s, e in split_turns(chain.ids[:n.prompt_len], self.eot)
                       if chain.ids[e - 1] in self.eot]
@@ -200,6 +221,21 @@ class Chains:
         return Decision(kind=kind, reason=reason, chain=None, parent=chain.id if chain else None,
                         prompt_ids=list(plain_ids), sampled_spans=[], masked_spans=[], normalisations=_counts(fired),
                         shared_messages=shared, mismatch=mismatch, differs=[], first_difference=None, request=request)
+
+
+def closing_ids(base: list[int], history: list[int], eot: Collection[int]) -> list[int] | None:
+    """The id that closes an unclosed reply's turn. `base` ends with the reply's sampled ids (no end-of-turn id)
+    after k closed segments; `history` is the render of the conversation up to and including that reply with no
+    generation prompt, so its closed segment k+1 is the reply's turn as the template closes it, and its last id is
+    the end-of-turn id (a model may have several; the render says which). What the template puts after that id
+    belongs to the next segment: the new turns, taken from the plain render as for any continuation. None when the
+    history renders another number of closed turns (a template that does not close an assistant turn with an
+    end-of-turn id): nothing to close the reply with."""
+    if not base or base[-1] in eot:
+        return None
+    k = sum(1 for _, e in split_turns(base, eot) if base[e - 1] in eot)
+    closed = [e for _, e in split_turns(history, eot) if history[e - 1] in eot]
+    return [history[closed[k] - 1]] if len(closed) == k + 1 else None
 
 
 def _last_node(chain: Chain, shared: int) -> tuple[int | None, bool]:
