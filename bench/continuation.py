@@ -194,19 +194,10 @@ def start_server(work: Path, max_model_len: int, scripted_calls: int):
                              extra_args=["--dtype", "float32", "--logits-processors",
                                          "scripted_logits:ScriptedToolCalls", "--hf-overrides",
                                          json.dumps({"max_position_embeddings": max(max_model_len, 8192)})])
-    server = VLLMServer(model, settings, work / "vllm.log", chat_template=TEMPLATE)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p),
            "SCRIPTED_TOOL_CALLS": str(scripted_calls)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the server's environment is this process's (serve/vllm.py server_env)
-    try:
-        server.start()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    server = VLLMServer(model, settings, work / "vllm.log", chat_template=TEMPLATE, extra_env=env)
+    server.start()
     AdapterClient(server.base_url).load(POLICY, make_adapter(model, work / "r0", rank=8))
     return server, server.base_url, model
 

@@ -61,19 +61,11 @@ def scripted_vllm(tmp_path_factory):
                              kv_cache_bytes=2 * 1024**3,
                              extra_args=["--dtype", "float32", "--logits-processors",
                                          "scripted_logits:ScriptedToolCalls"])
+    pythonpath = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
     server = VLLMServer(model, settings, tmp_path_factory.mktemp("scripted-vllm") / "vllm.log",
-                        chat_template=TEMPLATE)
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved["PYTHONPATH"]) if p)
-    os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    try:
-        server.start()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+                        chat_template=TEMPLATE,
+                        extra_env={"PYTHONPATH": pythonpath, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+    server.start()
     try:
         yield server, model
     finally:

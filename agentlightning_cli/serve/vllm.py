@@ -185,8 +185,12 @@ class VLLMServer:
     """One vLLM server process. Use as a context manager, or call start() and stop()."""
 
     def __init__(self, model: Path, settings: ServeSettings, log_path: Path, port: int | None = None,
-                 host: str = "127.0.0.1", chat_template: Path | None = None, api_key: str | None = None):
+                 host: str = "127.0.0.1", chat_template: Path | None = None, api_key: str | None = None,
+                 extra_env: dict[str, str] | None = None):
         self.model = Path(model).resolve()
+        self.extra_env = dict(extra_env or {})
+        """Variables set in vLLM's environment on top of this process's (a logits processor's module path and
+        settings); alight's own (server_env) win."""
         self.api_key = api_key
         """vLLM's API key (None: none); every alight call to this server sends it."""
         self.chat_template = chat_template
@@ -244,7 +248,8 @@ class VLLMServer:
             log.flush()
             try:
                 self.process = process.start(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=server_env(cpu_lora=self._cpu_lora(),
+                                             env=server_env({**os.environ, **self.extra_env},
+                                                            cpu_lora=self._cpu_lora(),
                                                             sleep=sleep_mode(self.settings),
                                                             cuda_devices=self.cuda_devices,
                                                             api_key=self.api_key),
