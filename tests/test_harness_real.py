@@ -1,4 +1,4 @@
-"""Each of the four REAL harnesses, unmodified, through the real proxy and store against the scripted upstream.
+"""Each REAL harness, unmodified, through the real proxy and store against the scripted upstream.
 
 The scripted model drives one shell tool call that writes out.txt, then the harness's own way of finishing.
 """
@@ -64,7 +64,7 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
     assert outcome.first_call_s is not None and 0 <= outcome.first_call_s <= outcome.wall_s
 
 
-@pytest.mark.parametrize("name", ["openhands", "claude-code"])
+@pytest.mark.parametrize("name", ["openhands", "claude-code", "opencode", "qwen-code"])
 async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
     bad = lambda body: {"error": {"status": 400, "message": "scripted bad request"}}  # noqa: E731
@@ -77,6 +77,9 @@ async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: 
     if name == "openhands":
         assert outcome.exit_code == 0  # the trap: only the event stream tells
         assert "ConversationErrorEvent" not in outcome.reason and "LLMBadRequestError" in outcome.reason
+    elif name == "qwen-code":
+        assert outcome.exit_code == 0  # the trap: a `success` result whose text is "[API Error: ...]"
+        assert outcome.reason == "qwen-code: [API Error: 400 scripted bad request]"
     else:
         assert "400" in outcome.reason
 

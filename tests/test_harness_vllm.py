@@ -7,7 +7,8 @@ its streaming parser hands out the call as soon as the name is complete, though 
 close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
 limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
 logprobs. Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
-on CPU.
+on CPU. OpenCode and Qwen Code run one episode each through `alight run` (bubblewrap, the default) with this
+server as --upstream.
 """
 
 from __future__ import annotations
@@ -86,3 +87,57 @@ async def test_codex_runs_tool_turns_until_the_call_budget_on_real_vllm(vllm_url
                for c in calls]
     assert outputs[: CODEX_CALLS + 1] == list(range(CODEX_CALLS + 1)), outputs
     assert len(served[1].prompt_token_ids) > len(served[0].prompt_token_ids) + len(served[0].completion_token_ids)
+
+
+
+def _alight_run(name: str, shared_tiny_vllm, tmp_path: Path) -> tuple:
+    """`alight run`, one task, one attempt, the harness in bubblewrap (the default), the suite's tiny-model vLLM as
+    --upstream; returns the summary, the episode and its calls."""
+    from tests import run_support as rs
+
+    installed(name)
+    tasks = rs.calc_task_set(tmp_path, [{"id": "one", "prompt": "Fix add()."}])
+    out = tmp_path / "runs" / name
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", name, "--attempts", "1", "--out", str(out),
+                      "--upstream", shared_tiny_vllm.base_url, "--model", str(shared_tiny_vllm.model), "--json"],
+                     cwd=tmp_path, timeout=800,
+                     env={"ALIGHT_PROXY__SAMPLING__MAX_TOKENS_CAP": "24", "ALIGHT_PROXY__BUDGETS__MAX_CALLS": "3"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    store, episodes = rs.read_store(out)
+    try:
+        [ep] = episodes
+        return json.loads(proc.stdout), ep, store.get_calls(ep.id)
+    finally:
+        store.close()
+
+
+def test_opencode_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm, tmp_path: Path) -> None:
+    """OpenCode's own first request (its system prompt and nine tools, ~30 KB) reaches vLLM through the proxy and
+    comes back with vLLM's token ids; the model's text is noise, so OpenCode ends at its end of turn (or, should the
+    noise call a tool, at the call budget)."""
+    summary, ep, calls = _alight_run("opencode", shared_tiny_vllm, tmp_path)
+    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
+    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
+    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
+    served = [c for c in calls if c.status != "budget_exceeded"]
+    assert served, calls
+    for call in served:
+        assert call.status == "ok" and call.http_status == 200 and call.protocol == "openai-chat", call.error
+        assert call.stream and call.prompt_token_ids and call.completion_token_ids
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+    assert ep.exit_code == 0
+
+
+def test_qwen_code_on_a_context_too_small_is_a_harness_error_though_it_says_success(shared_tiny_vllm,
+                                                                                      tmp_path: Path) -> None:
+    """Qwen Code's first request is ~43k tokens with the tiny model's tokenizer (its recipe asks for 64k); on the
+    shared 32k server (context_tokens lowered in alight.yaml, as a user would) vLLM refuses it with a 400. Qwen
+    Code then exits 0 with a `success` result whose text is "[API Error: ...]": the episode must still end as a
+    harness error naming vLLM's reason, not as finished."""
+    (tmp_path / "alight.yaml").write_text("harness:\n  qwen-code:\n    context_tokens: 32768\n")
+    summary, ep, calls = _alight_run("qwen-code", shared_tiny_vllm, tmp_path)
+    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
+    assert ep.outcome == "harness_error", (ep.outcome, ep.error)
+    assert ep.exit_code == 0  # the trap: its exit code and its result's subtype say success
+    assert "[API Error: 400" in ep.error and "maximum context length" in ep.error, ep.error
+    assert calls and calls[0].status == "upstream_error" and calls[0].http_status == 400, calls

@@ -15,7 +15,8 @@ from agentlightning_cli.harness.install import find_python, layout, satisfies
 from agentlightning_cli.harness.outcome import judge, read_records
 
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
-           "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat"}
+           "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat",
+           "opencode": "openai-chat", "qwen-code": "openai-chat"}
 
 
 def test_all_shipped_recipes_load_with_their_protocols() -> None:
@@ -115,6 +116,39 @@ def test_rendered_mini_and_openhands_files_parse(tmp_path: Path) -> None:
     assert settings["llm"]["base_url"] == ctx["base_url"] and settings["llm"]["num_retries"] == 1
 
 
+def test_rendered_opencode_config_names_only_the_proxy_and_the_policy(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("opencode", tmp_path)
+    config = json.loads(recipe.render(recipe.files["home/opencode.json"], ctx))
+    assert recipe.render(recipe.env["OPENCODE_CONFIG"], ctx) == f"{ctx['home']}/opencode.json"
+    assert config["enabled_providers"] == ["alight"] and list(config["provider"]) == ["alight"]
+    provider = config["provider"]["alight"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"  # bundled in the binary: nothing installed at run time
+    assert provider["options"]["baseURL"] == ctx["base_url"]
+    assert provider["options"]["apiKey"] == "{env:EPISODE_API_KEY}" and recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1"
+    # The agent's model and the helper (small) model are both the policy.
+    assert config["model"] == config["small_model"] == f"alight/{ctx['model']}" and list(provider["models"]) == [ctx["model"]]
+    assert config["agent"]["build"]["steps"] == recipe.max_turns
+    assert config["autoupdate"] is False and config["share"] == "disabled" and config["lsp"] is False
+    for flag in ("MODELS_FETCH", "AUTOUPDATE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "PROJECT_CONFIG", "SHARE"):
+        assert recipe.env[f"OPENCODE_DISABLE_{flag}"] == "1", flag
+    assert recipe.env["npm_config_registry"] == "http://127.0.0.1:9/"  # its plugin install fails on loopback
+
+
+def test_rendered_qwen_settings_turn_its_helper_calls_off(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("qwen-code", tmp_path)
+    settings = json.loads(recipe.render(recipe.files["home/.qwen/settings.json"], ctx))
+    assert recipe.render(recipe.env["QWEN_HOME"], ctx) == f"{ctx['home']}/.qwen"
+    assert recipe.render(recipe.env["OPENAI_BASE_URL"], ctx) == ctx["base_url"]
+    assert recipe.render(recipe.env["OPENAI_MODEL"], ctx) == settings["model"]["name"] == ctx["model"]
+    assert settings["security"]["auth"]["selectedType"] == "openai"
+    assert settings["model"]["skipNextSpeakerCheck"] is True and settings["model"]["skipLoopDetection"] is True
+    assert settings["model"]["chatCompression"]["contextPercentageThreshold"] == 0
+    assert settings["memory"] == {"enableManagedAutoMemory": False, "enableManagedAutoDream": False}
+    assert "fastModel" not in settings  # unset: the title helper never runs, the others use the one model name
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
+    assert recipe.env["QWEN_CODE_EMIT_TOOL_USE_SUMMARIES"] == "0"
+
+
 def test_the_text_recipe_shares_mini_swe_agents_install_and_parses_a_small_models_reply(tmp_path: Path) -> None:
     import re
 
@@ -148,6 +182,36 @@ def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
     err = judge(recipe, ctx, [{"info": {"exit_status": "APIError"}, "messages": [{"extra": {"exception_str": "boom"}}]}])[0]
     assert "'APIError'" in err and "boom" in err
     assert "wrote no report" in judge(recipe, ctx, [])[0]
+    recipe, ctx = _ctx("opencode", tmp_path)
+    done = [{"type": "step_start"}, {"type": "text"}, {"type": "step_finish", "part": {"reason": "stop"}}]
+    assert judge(recipe, ctx, done) == (None, False)
+    error = {"type": "error", "error": {"name": "APIError", "data": {"message": "bad", "statusCode": 400}}}
+    assert judge(recipe, ctx, [error])[0] == "opencode error (APIError, status 400): bad"
+    assert judge(recipe, ctx, [{"type": "step_start"}])[0] == "opencode reported no finished step"
+
+
+def test_qwen_code_api_error_reported_as_success_is_a_harness_error(tmp_path: Path) -> None:
+    """Qwen Code ends a session whose API call failed with exit code 0 and a `success` result: only the result's
+    text, "[API Error: ...]", tells (stream-json lines as it printed them for a 400 from the proxy)."""
+    recipe, ctx = _ctx("qwen-code", tmp_path)
+    text = (
+        '{"type":"system","subtype":"init","model":"policy","permission_mode":"yolo"}\n'
+        '{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"[API Error: 400 bad]"}]}}\n'
+        '{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"[API Error: 400 bad]"}\n'
+    )
+    assert judge(recipe, ctx, read_records(recipe.outcome, text)) == ("qwen-code: [API Error: 400 bad]", False)
+    ok = {"type": "result", "subtype": "success", "is_error": False, "result": "Done. [API Error: is quoted here]"}
+    assert judge(recipe, ctx, [ok]) == (None, False)
+    assert judge(recipe, ctx, [{"type": "system"}])[0] == "qwen-code printed no result"
+
+
+def test_an_error_rule_prefix_matches_the_start_of_a_string_field(tmp_path: Path) -> None:
+    data = _base()
+    data["outcome"] = {"format": "jsonl", "errors": [{"match": {"kind": "end"}, "prefix": {"text": "ERR:"},
+                                                      "reason": "failed: {{ record.text }}"}]}
+    recipe = recipes.load_path(_write(tmp_path, data))
+    assert judge(recipe, {}, [{"kind": "end", "text": "ERR: boom"}]) == ("failed: ERR: boom", False)
+    assert judge(recipe, {}, [{"kind": "end", "text": "fine ERR:"}, {"kind": "end", "text": 3}]) == (None, False)
 
 
 def test_version_requirements() -> None:

@@ -284,3 +284,39 @@ def test_a_swebench_row_without_grading_columns_is_refused_before_the_round(tmp_
     assert proc.returncode != 0 and not out.exists()
     assert "1 SWE-bench row(s) (acme__calc-42) lack what the official grading needs" in proc.stderr
     assert "`eval_script`, `log_parser` and `eval_type`" in proc.stderr and "--sandbox bwrap" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["opencode", "qwen-code"])
+def test_npm_harnesses_run_inside_the_image_through_the_proxy(name: str, tmp_path: Path) -> None:
+    """OpenCode (a self-contained binary) and Qwen Code (on the host's Node, mounted like Codex's) work in the
+    task's image under `--sandbox container` (podman), talking only to the proxy: the scripted shell step runs in
+    the image, the reward sees its edit."""
+    from agentlightning_cli.scripted.harness_scripts import tool_then_finish
+
+    installed(name)
+    image = cs.image(cs.IMAGE)
+    tasks = _calc_tasks(tmp_path, image)
+    look = "cat /etc/alight-test-image > seen.txt"
+    fix, leave = tool_then_finish(name, look + "; sed -i 's/a - b/a + b/' calc.py"), tool_then_finish(name, look)
+
+    def reply(body: dict) -> dict:
+        return (fix if "SOLVE-ME" in json.dumps(body.get("messages")) else leave)(body)
+
+    out = tmp_path / "runs" / "x"
+    with FakeVLLM(FakeScript(reply=reply, served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", name, "--attempts", "1", "--upstream",
+                          fake.url, "--out", str(out), "--sandbox", "container", "--keep-workspaces", "--json"],
+                         cwd=tmp_path, env={"ALIGHT_CONTAINER__RUNTIME": "podman"})
+    assert proc.returncode == 0, proc.stderr
+    by = {t["task_id"]: t for t in json.loads(proc.stdout)["tasks"]}
+    assert by["solve"]["mean_reward"] == 1.0 and by["leave"]["mean_reward"] == 0.0, by
+    store, episodes = rs.read_store(out)
+    try:
+        for ep in episodes:
+            assert ep.outcome == "finished", (ep.outcome, ep.error)
+            assert (out / "workspaces" / ep.id / "seen.txt").read_text() == cs.MARK  # in the image
+            assert ep.outcome_detail["sandbox"]["mode"] == "container"
+            assert [c.protocol for c in store.get_calls(ep.id)][:1] == ["openai-chat"]
+    finally:
+        store.close()
+    assert _alight_containers(tmp_path, "podman") == []

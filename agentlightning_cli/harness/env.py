@@ -22,7 +22,10 @@ SCRUB_PREFIXES = (
     "DEEPSEEK_", "XAI_", "HF_", "HUGGING", "XDG_", "TMUX", "VIRTUAL_ENV", "CONDA_", "PYTHON", "NODE_OPTIONS",
     "RAY_",  # on a Ray node: RAY_AUTH_TOKEN would let the agent run code on every node of the cluster
 )
-SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION"}
+SCRUB_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "PYENV_VERSION",
+               # alight's own working directory, not the harness's: a container runs the harness with no shell to
+               # correct it, and OpenCode takes PWD over getcwd() as its project folder (a path absent in the image).
+               "PWD", "OLDPWD"}
 
 
 @dataclass

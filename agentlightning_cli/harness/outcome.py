@@ -60,6 +60,11 @@ def matches(record: Any, rule: dict[str, Any]) -> bool:
     return all(lookup(record, path) == value for path, value in rule.items())
 
 
+def starts_with(record: Any, prefixes: dict[str, str]) -> bool:
+    """Every path holds a string starting with its prefix (an ErrorRule's `prefix`)."""
+    return all(isinstance(v := lookup(record, path), str) and v.startswith(text) for path, text in prefixes.items())
+
+
 def read_records(rules: OutcomeRules, text: str | None) -> list[Any]:
     """Parse the harness's report: one JSON document, or every line of it that is a JSON object."""
     if not text:
@@ -99,7 +104,7 @@ def judge(recipe: Recipe, context: dict[str, Any], records: list[Any]) -> tuple[
         return None, True
     for rule in rules.errors:
         for record in records:
-            if matches(record, rule.match):
+            if matches(record, rule.match) and starts_with(record, rule.prefix):
                 return recipe.render(rule.reason, {**render_ctx, "record": Lenient(record)}).strip() or "harness error", False
     if rules.require is not None and not records:
         where = "stdout" if rules.source == "stdout" else recipe.render(rules.source, context)

@@ -52,6 +52,9 @@ class Install(_Strict):
 class ErrorRule(_Strict):
     match: dict[str, Any]
     """Dotted field path -> value; a record matches when every path holds that value."""
+    prefix: dict[str, str] = Field(default_factory=dict)
+    """Dotted field path -> text the field's string value starts with, for harnesses that report an error only as
+    text (Qwen Code ends an API error with `subtype: success` and a result of "[API Error: ...]")."""
     reason: str
     """Template for the harness_error reason; `record` is the matching JSON object."""
 

@@ -40,6 +40,8 @@ SHELL_TOOLS: dict[str, ShellTool] = {
         "bash", "command",
         finish={"tool_calls": [{"name": "bash", "arguments": {"command": MINI_SUBMIT}}]},
     ),
+    "opencode": ShellTool("bash", "command", {"description": "Write the output file"}),
+    "qwen-code": ShellTool("run_shell_command", "command", {"description": "Write the output file", "is_background": False}),
     # testing/script_agent.py, the small agent an external recipe runs (finishes on a plain answer).
     "script-agent": ShellTool("shell", "command"),
 }
@@ -63,7 +65,9 @@ def detect(body: dict) -> str | None:
     names = _advertised(body)
     if "terminal" in names and "finish" in names:
         return "openhands"
-    for harness in ("claude-code", "codex", "mini-swe-agent", "script-agent"):
+    if "bash" in names and "todowrite" in names:  # OpenCode's shell tool has mini-SWE-agent's name
+        return "opencode"
+    for harness in ("claude-code", "codex", "qwen-code", "mini-swe-agent", "script-agent"):
         if SHELL_TOOLS[harness].name in names:
             return harness
     return None
