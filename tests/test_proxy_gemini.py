@@ -10,6 +10,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
+from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
 from agentlightning_cli.proxy import gemini
 from agentlightning_cli.proxy.errors import TranslationError, error_body
 from agentlightning_cli.proxy.gemini_reply import StreamTranslator, response_from_chat
@@ -165,6 +166,12 @@ async def test_sdk_function_calling_round_trip_with_deterministic_ids(env):
         env.fake.requests[-2]["messages"], env.fake.requests[-2].get("tools"))
     assert json.loads(one.response)["candidates"][0]["content"]["parts"][1]["functionCall"]["args"] == {"path": "."}
     assert "x-goog-api-key" not in {k.lower() for k in one.client_headers}
+    # `alight inspect` reads the stored Gemini bodies
+    asked = request_turns(two.protocol, two.client_request)
+    assert [(t.role, t.kind) for t in asked] == [("system", "text"), ("user", "text"), ("assistant", "text"),
+                                                 ("assistant", "tool_call"), ("tool", "tool_result")]
+    assert asked[4].text == "a.txt b.txt" and tool_names(two.protocol, two.client_request) == ["ls"]
+    assert [(t.kind, t.text) for t in reply_turns(two.protocol, two.response, False)] == [("text", "All done.")]
 
 
 async def test_sdk_stream_function_call_arrives_whole(env):
@@ -181,6 +188,9 @@ async def test_sdk_stream_function_call_arrives_whole(env):
     assert chunks[-1].usage_metadata.total_token_count > 0
     [call] = await env.calls(ep, 1)
     assert call.stream and call.status == "ok" and call.path == "/v1/models/gemini-flash:streamGenerateContent?alt=sse"
+    seen = reply_turns(call.protocol, call.response, True)  # `alight inspect` reassembles the stream
+    assert [(t.kind, t.text, t.name) for t in seen] == [("text", "Let me look.", None),
+                                                        ("tool_call", '{"path": "."}', "ls")]
 
 
 async def test_key_in_the_query_errors_in_googles_shape_and_no_json_array_streams(env):
