@@ -120,3 +120,15 @@ def test_a_gemini_conversation_continues_exactly(shared_tiny_vllm, tmp_path):
     head = c0.prompt_token_ids + c0.completion_token_ids
     assert c1.prompt_token_ids[:len(head)] == head
     assert len(c1.completion_logprobs) == len(c1.completion_token_ids) > 0
+    # the trainer's row builder merges both calls into one row, each sampled span exactly what vLLM generated
+    from transformers import AutoTokenizer
+
+    from agentlightning_cli.train.rows import RowContext, build_rows
+    from tests.train_support import sampled_spans
+
+    tok = AutoTokenizer.from_pretrained(str(shared_tiny_vllm.model))
+    ctx = RowContext(decode=lambda ids: tok.decode(list(ids)), special_tokens=tok.all_special_tokens,
+                     eot_ids=end_of_turn_ids(shared_tiny_vllm.model / "tokenizer.json"))
+    report = build_rows("c", [c0, c1], ctx, merge="strict")
+    assert len(report.rows) == 1 and report.rows[0].call_ids == [c0.id, c1.id], report.breaks
+    assert sampled_spans(report.rows[0]) == [c0.completion_token_ids, c1.completion_token_ids]
