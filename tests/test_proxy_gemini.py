@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import aiohttp
 import pytest
 from google import genai
 from google.genai import errors as genai_errors
@@ -159,11 +160,19 @@ async def test_sdk_function_calling_round_trip_with_deterministic_ids(env):
     messages = env.fake.requests[-1]["messages"]
     assert messages[2]["tool_calls"][0]["id"] == call.id  # the id the SDK got back, sent back
     assert messages[3] == {"role": "tool", "tool_call_id": call.id, "content": "a.txt b.txt"}
-    one, two = await env.calls(ep, 2)
+    # A client that keeps no ids at all (it builds its own Parts): the call gets its positional id, and the answer
+    # answers it, the same on every request of this history
+    bare = [history[0], types.Content(role="model", parts=[types.Part(text="Let me look."), types.Part(
+        function_call=types.FunctionCall(name="ls", args={"path": "."}))]), history[2]]
+    for _ in range(2):
+        await client.aio.models.generate_content(model="gemini-2.5-pro", contents=bare, config=config)
+        messages = env.fake.requests[-1]["messages"]
+        assert messages[2]["tool_calls"][0]["id"] == messages[3]["tool_call_id"] == "call_1_0"
+    one, two = (await env.calls(ep, 4))[:2]
     assert one.protocol == two.protocol == gemini.PROTOCOL and one.client_model == "gemini-2.5-pro"
     assert one.path == "/v1beta/models/gemini-2.5-pro:generateContent" and one.status == two.status == "ok"
     assert one.completion_token_ids[-1] == tok.IM_END and one.prompt_token_ids == tok.render_prompt(
-        env.fake.requests[-2]["messages"], env.fake.requests[-2].get("tools"))
+        env.fake.requests[0]["messages"], env.fake.requests[0].get("tools"))
     assert json.loads(one.response)["candidates"][0]["content"]["parts"][1]["functionCall"]["args"] == {"path": "."}
     assert "x-goog-api-key" not in {k.lower() for k in one.client_headers}
     # `alight inspect` reads the stored Gemini bodies
@@ -213,6 +222,10 @@ async def test_key_in_the_query_errors_in_googles_shape_and_no_json_array_stream
         await client.aio.models.generate_content(model="m", contents="hi", config=types.GenerateContentConfig(
             candidate_count=2))
     assert raised.value.code == 400 and raised.value.status == "INVALID_ARGUMENT"
+    async with aiohttp.ClientSession() as session:  # the model list, in Google's shape
+        async with session.get(env.url(ep, "/v1beta/models"), headers={"x-goog-api-key": key}) as resp:
+            listed = await resp.json()
+    assert resp.status == 200 and listed["models"][0]["name"].startswith("models/")
     calls = await env.calls(ep, 4)
     assert calls[0].path == "/v1beta/models/gemini-2.5-pro:generateContent"  # the key is not recorded
     assert key not in json.dumps([c.path for c in calls])
