@@ -62,7 +62,8 @@ def test_call_ids_are_deterministic_and_responses_pair_with_their_calls():
         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"path": "."}}},
                                     {"functionCall": {"name": "cat", "args": {"file": "a"}}}]},
         # Gemini CLI's own ids for answers to calls that came without one; answered out of order
-        {"role": "user", "parts": [{"functionResponse": {"id": "cat-1733-x", "name": "cat", "response": {"output": "A"}}},
+        {"role": "user", "parts": [{"functionResponse": {"id": "cat-1733-x", "name": "cat",
+                                                         "response": {"output": "A"}}},
                                    {"functionResponse": {"name": "ls", "response": {"files": ["a"]}}}]},
         {"role": "model", "parts": [{"functionCall": {"id": "chatcmpl-tool-9", "name": "ls", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"id": "chatcmpl-tool-9", "name": "ls", "response": {}}},
@@ -79,8 +80,9 @@ def test_call_ids_are_deterministic_and_responses_pair_with_their_calls():
     assert messages[5] == {"role": "tool", "tool_call_id": "chatcmpl-tool-9", "content": "{}"}
     assert messages[6] == {"role": "user", "content": "thanks"}
     # the reply side gives a call vLLM sent without an id the id the request side gives it next time
-    reply = response_from_chat({"choices": [{"message": {"tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
-                                             "finish_reason": "tool_calls"}]}, client_model="m", request={"contents": contents})
+    chat = {"choices": [{"message": {"tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
+                         "finish_reason": "tool_calls"}]}
+    reply = response_from_chat(chat, client_model="m", request={"contents": contents})
     assert reply["candidates"][0]["content"]["parts"][0]["functionCall"]["id"] == "call_5_0"
 
 
@@ -120,12 +122,14 @@ def test_stream_sends_text_as_it_comes_and_a_call_whole_at_its_end():
     chunk = lambda delta, **kw: {"id": "chatcmpl-7", "choices": [{"index": 0, "delta": delta, **kw}]}  # noqa: E731
     first = stream.feed(chunk({"content": "Hel"}))
     second = stream.feed(chunk({"content": "lo"}))
-    call = stream.feed(chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "ls", "arguments": '{"pa'}}]}))
+    call = stream.feed(chunk({"tool_calls": [{"index": 0, "id": "t1",
+                                              "function": {"name": "ls", "arguments": '{"pa'}}]}))
     more = stream.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "."}'}}]}))
     stream.feed(chunk({}, finish_reason="tool_calls"))
     stream.feed({"id": "chatcmpl-7", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 6}})
     last = stream.finish()
-    events = [json.loads(e.removeprefix(b"data: ")) for e in (first + second + call + more + last).split(b"\r\n\r\n") if e]
+    wire = first + second + call + more + last
+    events = [json.loads(e.removeprefix(b"data: ")) for e in wire.split(b"\r\n\r\n") if e]
     parts = [e["candidates"][0]["content"]["parts"] for e in events]
     assert first == b"" and parts == [[{"text": "Hel"}], [{"text": "lo"}],
                                       [{"functionCall": {"id": "t1", "name": "ls", "args": {"path": "."}}}]]
