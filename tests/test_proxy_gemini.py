@@ -13,6 +13,7 @@ from google.genai import types
 
 from agentlightning_cli.inspect.conversation import reply_turns, request_turns, tool_names
 from agentlightning_cli.proxy import gemini
+from agentlightning_cli.proxy.continuation.normalise import canonical_request
 from agentlightning_cli.proxy.errors import TranslationError, error_body
 from agentlightning_cli.proxy.gemini_reply import StreamTranslator, response_from_chat
 from agentlightning_cli.scripted import fake_tokens as tok
@@ -101,9 +102,18 @@ def test_generation_config_tool_config_and_drops():
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": {
         "type": "object", "properties": {"a": {"type": "string"}}}}}
-    assert dropped["generation_config"] == {"thinkingConfig": {"thinkingBudget": 0}}
+    assert dropped["thinking"] == {"thinkingBudget": 0} and "generation_config" not in dropped
     assert "safetySettings" in dropped and dropped["tools"] == {"tools.0.googleSearch": {}}
     assert dropped["parts"] == {"contents.0.parts.1": {"kinds": ["inlineData"]}}
+    # a thought part is dropped as a thinking block: exact continuation counts it as the reasoning normalisation,
+    # and the thinking setting keys the chain
+    history = {"contents": [{"parts": [{"text": "q"}]}, {"role": "model", "parts": [
+        {"text": "hmm", "thought": True}, {"text": "a"}]}, {"parts": [{"text": "next"}]}]}
+    chat, dropped = gemini.request_to_chat(history)
+    assert dropped["blocks"] == {"contents.1.parts.0": {"type": "thinking", "chars": 3}}
+    assert canonical_request(chat, dropped).fired["reasoning"] == 1
+    thinking = {**history, "generationConfig": {"thinkingConfig": {"thinkingBudget": 128}}}
+    assert canonical_request(*gemini.request_to_chat(thinking)).key != canonical_request(chat, dropped).key
     with pytest.raises(TranslationError, match="candidateCount"):
         gemini.request_to_chat({"contents": [], "generationConfig": {"candidateCount": 2}})
     with pytest.raises(TranslationError, match="role"):

@@ -25,7 +25,9 @@ Translation choices (the client's full request is recorded anyway; `dropped` lis
 * `toolConfig.functionCallingConfig.mode`: AUTO -> auto, ANY -> required (or the one function when
   `allowedFunctionNames` names exactly one), NONE -> none. `candidateCount` > 1 is refused (one candidate per
   call keeps the record one-to-one with its training row). `thinkingConfig`, `safetySettings`, `cachedContent`,
-  logprob requests and other generation fields chat has no match for are dropped and recorded.
+  logprob requests and other generation fields chat has no match for are dropped and recorded; `thinkingConfig`
+  and `thought` parts under the names Anthropic's `thinking` uses (`dropped["thinking"]`, `dropped["blocks"]`),
+  so exact continuation counts them as the reasoning normalisation and keys chains by the thinking setting.
 """
 
 from __future__ import annotations
@@ -127,8 +129,8 @@ def _parts(parts: list, where: str, dropped: dict) -> tuple[list[str], list[tupl
             raise TranslationError("each part must be an object", at)
         if "thoughtSignature" in part:
             _note(dropped, "thought_signatures", at, len(str(part["thoughtSignature"])))
-        if part.get("thought"):
-            _note(dropped, "parts", at, {"thought": True, "chars": len(part.get("text") or "")})
+        if part.get("thought"):  # noted as Anthropic's thinking blocks are: exact continuation counts it as such
+            _note(dropped, "blocks", at, {"type": "thinking", "chars": len(part.get("text") or "")})
         elif isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif isinstance(part.get("functionCall"), dict):
@@ -314,7 +316,10 @@ def _generation(config: Any, chat: dict, dropped: dict) -> None:
     if not isinstance(config, dict):
         raise TranslationError("`generationConfig` must be an object", "generationConfig")
     for key in config.keys() - _GENERATION_HANDLED:
-        _note(dropped, "generation_config", key, config[key])
+        if key == "thinkingConfig":  # as Anthropic's `thinking`: another setting keys another chain (normalise.py)
+            dropped["thinking"] = config[key]
+        else:
+            _note(dropped, "generation_config", key, config[key])
     where = "generationConfig"
     limit = config.get("maxOutputTokens")
     if limit is not None:
