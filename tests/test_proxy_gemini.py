@@ -80,11 +80,17 @@ def test_call_ids_are_deterministic_and_responses_pair_with_their_calls():
     assert messages[4]["tool_calls"][0]["id"] == "chatcmpl-tool-9"  # an id the client sent is kept
     assert messages[5] == {"role": "tool", "tool_call_id": "chatcmpl-tool-9", "content": "{}"}
     assert messages[6] == {"role": "user", "content": "thanks"}
-    # the reply side gives a call vLLM sent without an id the id the request side gives it next time
-    chat = {"choices": [{"message": {"tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
-                         "finish_reason": "tool_calls"}]}
+    # the reply side gives vLLM's calls the ids the request side gives them next time, and the chain learns them
+    chat = {"choices": [{"message": {"tool_calls": [
+        {"id": "chatcmpl-tool-a", "function": {"name": "ls", "arguments": "{}"}},
+        {"id": "chatcmpl-tool-b", "function": {"name": "cat", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}]}
     reply = response_from_chat(chat, client_model="m", request={"contents": contents})
-    assert reply["candidates"][0]["content"]["parts"][0]["functionCall"]["id"] == "call_5_0"
+    assert [p["functionCall"]["id"] for p in reply["candidates"][0]["content"]["parts"]] == ["call_5_0", "call_5_1"]
+    gemini.positional_ids({"contents": contents})(chat)
+    assert [c["id"] for c in chat["choices"][0]["message"]["tool_calls"]] == ["call_5_0", "call_5_1"]
+    chunk = {"choices": [{"delta": {"tool_calls": [{"index": 1, "id": "chatcmpl-tool-c"}]}}]}
+    gemini.positional_ids({"contents": contents})(chunk)
+    assert chunk["choices"][0]["delta"]["tool_calls"][0]["id"] == "call_5_1"
 
 
 def test_generation_config_tool_config_and_drops():
@@ -141,8 +147,8 @@ def test_stream_sends_text_as_it_comes_and_a_call_whole_at_its_end():
     wire = first + second + call + more + last
     events = [json.loads(e.removeprefix(b"data: ")) for e in wire.split(b"\r\n\r\n") if e]
     parts = [e["candidates"][0]["content"]["parts"] for e in events]
-    assert first == b"" and parts == [[{"text": "Hel"}], [{"text": "lo"}],
-                                      [{"functionCall": {"id": "t1", "name": "ls", "args": {"path": "."}}}]]
+    assert first == b"" and parts == [[{"text": "Hel"}], [{"text": "lo"}],  # vLLM's id replaced by the positional one
+                                      [{"functionCall": {"id": "call_1_0", "name": "ls", "args": {"path": "."}}}]]
     assert events[-1]["candidates"][0]["finishReason"] == "STOP" and events[-1]["usageMetadata"] == {
         "promptTokenCount": 4, "candidatesTokenCount": 6, "totalTokenCount": 10}
     assert all(e["modelVersion"] == "gemini-x" and e["responseId"] == "7" for e in events)
@@ -243,3 +249,48 @@ async def test_key_in_the_query_errors_in_googles_shape_and_no_json_array_stream
     calls = await env.calls(ep, 4)
     assert calls[0].path == "/v1beta/models/gemini-2.5-pro:generateContent"  # the key is not recorded
     assert key not in json.dumps([c.path for c in calls])
+
+
+# -- exact continuation's chains on Gemini tool calls (the tiny model's tokenizer, no server) ---------------------
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import AutoTokenizer
+
+    from agentlightning_cli.serve.tiny_model import ensure_tiny_model
+    from tests.harness_support import harness_home
+
+    return AutoTokenizer.from_pretrained(str(ensure_tiny_model(harness_home())))
+
+
+@pytest.mark.parametrize("echo", [True, False], ids=["ids-echoed", "ids-dropped"])
+def test_a_gemini_tool_call_conversation_continues_whether_ids_come_back_or_not(tiny, echo):
+    """The chain learns the reply with the positional ids the client got (positional_ids, as continued.py applies
+    it); the client's next request, with those ids or without any, is a continuation."""
+    from agentlightning_cli.proxy.continuation.chains import Chains
+    from tests.test_continuation_chains import Model, call
+
+    model = Model(tiny)
+    chains = Chains(model.eot)
+    tools = [{"functionDeclarations": [{"name": "ls", "parameters": {
+        "type": "OBJECT", "properties": {"path": {"type": "STRING"}}}}]}]
+    first = {"systemInstruction": {"parts": [{"text": "You help."}]}, "tools": tools,
+             "contents": [{"role": "user", "parts": [{"text": "look around"}]}]}
+    chat, dropped = gemini.request_to_chat(first)
+    derendered = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "chatcmpl-tool-9f2", "type": "function",
+                                                              "function": {"name": "ls", "arguments": '{"path": "."}'}}]}}]}
+    gemini.positional_ids(first)(derendered)  # what continued.exact_chat does before the chain learns the reply
+    reply = response_from_chat(derendered, client_model="m", request=first)
+    sampled = model.sample('<tool_call>\n{"name": "ls", "arguments": {"path": "."}}\n</tool_call>')
+    d1, _ = call(chains, model, chat, derendered["choices"][0]["message"], sampled=sampled, finish="tool_calls",
+                 dropped=dropped)
+    model_turn = reply["candidates"][0]["content"]
+    if not echo:
+        model_turn = {"role": "model", "parts": [{"functionCall": {k: v for k, v in p["functionCall"].items()
+                                                                    if k != "id"}} for p in model_turn["parts"]]}
+    answer = {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a.txt"}}}]}
+    second = {**first, "contents": [*first["contents"], model_turn, answer]}
+    chat, dropped = gemini.request_to_chat(second)
+    d2, _ = call(chains, model, chat, "done", dropped=dropped)
+    assert d2.kind == "continue" and d2.prompt_ids[:len(d1.prompt_ids) + len(sampled)] == d1.prompt_ids + sampled

@@ -11,9 +11,10 @@ Translation choices (the client's full request is recorded anyway; `dropped` lis
   other part kinds are dropped and recorded. A missing role is `user` (as Google reads it); `function` (the old
   role of function responses) reads as `user`.
 * Tool-call ids. `functionCall.id` is optional in Gemini, and chat needs one per call (exact continuation compares
-  calls by id + name + parsed args, continuation/normalise.py). A call keeps the id its client sent (the reply
-  side hands out vLLM's, or a positional one, and the SDKs send it back); one without an id gets
-  `call_<content index>_<call number>`: the same history gives the same ids on every call. A `functionResponse`
+  calls by id + name + parsed args, continuation/normalise.py). The reply side hands out positional ids
+  `call_<content index>_<call number>` (and exact continuation's chain learns those, `positional_ids`); a call
+  keeps the id its client sent, and one without an id gets its positional id: the same history gives the same
+  ids on every call, whether the client echoes ids or drops them. A `functionResponse`
   becomes a `tool` message answering the matching open call: the one with its id, else the first open call of
   its name, else (an answer to nothing) its own id or a positional one. So a client that makes up its own ids
   for responses (Gemini CLI does when a call came without one) still pairs every answer with its call.
@@ -40,7 +41,8 @@ from .chat_messages import ChatMessages, apply_tool_choice, convert_tools
 from .chat_messages import note as _note
 from .errors import TranslationError
 from .errors import gemini_error_body as error_body  # noqa: F401  (re-exported interface)
-from .gemini_reply import StreamTranslator, call_id, response_from_chat  # noqa: F401  (re-exported interface)
+from .gemini_reply import (StreamTranslator, call_id, positional_ids,  # noqa: F401  (re-exported interface)
+                           response_from_chat)
 
 PROTOCOL = "gemini-generate-content"
 

@@ -6,6 +6,10 @@ Gemini: arguments that are not a JSON object come back as `{"_raw": "<text>"}` (
 back as they came, as for Anthropic). The model's reasoning becomes a `thought: true` part only when the request
 asked for it (`thinkingConfig.includeThoughts`).
 
+Tool-call ids are positional (`call_<content index>_<n>`, the index the model turn will have in the client's next
+`contents`), never vLLM's random ones: the same conversation gets the same ids, and a client that drops them is
+given the same ids again by the request side (gemini.py).
+
 Streaming: text goes out as it arrives, one event per upstream chunk, held back by one piece so the last event
 carries text together with `finishReason` and `usageMetadata` (Gemini CLI treats an event with an empty text part
 as invalid, and the real API ends the same way). A function call goes out whole once its arguments are complete:
@@ -15,6 +19,7 @@ when the next call starts, or at the end.
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from .chunk_stream import ChunkStream
 from .jsonio import dumps
@@ -57,9 +62,27 @@ def parse_args(arguments) -> dict:
 
 
 def function_call_part(call: dict, position: int, number: int) -> dict:
+    """vLLM's call as a Gemini part, under its positional id (vLLM's own id is random: see `positional_ids`)."""
     function = call.get("function") or {}
-    return {"functionCall": {"id": call.get("id") or call_id(position, number), "name": function.get("name") or "",
+    return {"functionCall": {"id": call_id(position, number), "name": function.get("name") or "",
                              "args": parse_args(function.get("arguments"))}}
+
+
+def positional_ids(request: dict) -> Callable[[dict], None]:
+    """Rewrites the tool-call ids of a chat completion (or of a chunk's delta) to the positional ids the reply
+    hands out, in place: exact continuation's chain then learns the ids the client sees (continued.exact_chat's
+    `rewrite`), so the next request matches whether the client sends them back or leaves them out (the request
+    side gives an id-less call the same id)."""
+    position = _position(request)
+
+    def rewrite(data: dict) -> None:
+        for choice in data.get("choices") or ():
+            holder = choice.get("message") or choice.get("delta") or {}
+            for n, call in enumerate(holder.get("tool_calls") or ()):
+                if isinstance(call, dict) and call.get("id"):
+                    call["id"] = call_id(position, call.get("index", n))
+
+    return rewrite
 
 
 def usage_metadata(prompt: int, completion: int) -> dict:

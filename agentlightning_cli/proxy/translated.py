@@ -61,7 +61,8 @@ async def _translate(ex: Exchange, body: dict, client_model: str | None) -> Resp
             return await exact_chat(
                 ex, plan, dropped=dropped,
                 answer=lambda data: dumps(translator.response_from_chat(data, client_model=client_model, request=body)),
-                stream=lambda: translator.open_stream(client_model=client_model, request=body))
+                stream=lambda: translator.open_stream(client_model=client_model, request=body),
+                rewrite=gemini.positional_ids(body) if ex.protocol == gemini.PROTOCOL else None)
         resp = await ex.post("/v1/chat/completions", dumps(plan.upstream))
         try:
             if resp.status >= 400:
