@@ -277,9 +277,9 @@ def test_a_gemini_tool_call_conversation_continues_whether_ids_come_back_or_not(
     first = {"systemInstruction": {"parts": [{"text": "You help."}]}, "tools": tools,
              "contents": [{"role": "user", "parts": [{"text": "look around"}]}]}
     chat, dropped = gemini.request_to_chat(first)
+    vllm_call = {"id": "chatcmpl-tool-9f2", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}
     derendered = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None, "tool_calls": [{"id": "chatcmpl-tool-9f2", "type": "function",
-                                                              "function": {"name": "ls", "arguments": '{"path": "."}'}}]}}]}
+        "role": "assistant", "content": None, "tool_calls": [vllm_call]}}]}
     gemini.positional_ids(first)(derendered)  # what continued.exact_chat does before the chain learns the reply
     reply = response_from_chat(derendered, client_model="m", request=first)
     sampled = model.sample('<tool_call>\n{"name": "ls", "arguments": {"path": "."}}\n</tool_call>')

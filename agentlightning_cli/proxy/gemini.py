@@ -41,8 +41,8 @@ from .chat_messages import ChatMessages, apply_tool_choice, convert_tools
 from .chat_messages import note as _note
 from .errors import TranslationError
 from .errors import gemini_error_body as error_body  # noqa: F401  (re-exported interface)
-from .gemini_reply import (StreamTranslator, call_id, positional_ids,  # noqa: F401  (re-exported interface)
-                           response_from_chat)
+from .gemini_reply import StreamTranslator, call_id, response_from_chat  # noqa: F401  (re-exported interface)
+from .gemini_reply import positional_ids  # noqa: F401  (re-exported: translated.py passes it to exact_chat)
 
 PROTOCOL = "gemini-generate-content"
 
