@@ -1,8 +1,10 @@
-"""Translator CPU cost: the Anthropic Messages and OpenAI Responses translators on full-size harness requests
-and 200-event streams, side by side with the floor every streamed event pays anyway (parsing vLLM's chunk).
+"""Translator CPU cost: the Anthropic Messages, OpenAI Responses and Gemini translators on full-size harness
+requests and 200-event streams, side by side with the floor every streamed event pays anyway (parsing vLLM's chunk).
 
 Requests are the captured Claude Code / Codex shapes with their cut strings grown back to the captured length
-("…[+N chars]") and the tool list filled to the captured count. Prints a table and writes JSON.
+("…[+N chars]") and the tool list filled to the captured count. No Gemini CLI request is captured yet: its row
+uses the Claude Code request re-expressed in Gemini's shape (`as_gemini`: the same conversation, tools with
+Gemini's UPPERCASE schema types, so the schema normalisation is paid). Prints a table and writes JSON.
 Usage: python bench/translate.py [--events 200] [--out bench/results/translate.json]
 """
 
@@ -21,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from vllm_shapes import Completion, call, chat_chunks, chat_json, split  # noqa: E402
 
-from agentlightning_cli.proxy import anthropic, responses  # noqa: E402
+from agentlightning_cli.proxy import anthropic, gemini, responses  # noqa: E402
 
 CUT = re.compile(r"…\[\+(\d+) chars\]$")
 
@@ -51,6 +53,45 @@ def request(name: str, tools: int) -> dict:
     return body
 
 
+def _upper_types(schema):
+    if isinstance(schema, dict):
+        return {k: (v.upper() if k == "type" and isinstance(v, str) else _upper_types(v)) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_upper_types(v) for v in schema]
+    return schema
+
+
+def as_gemini(claude_body: dict) -> dict:
+    """A Messages request as Gemini's generateContent body: the chat form's turns as contents, tool calls and
+    results as functionCall/functionResponse parts, tools as functionDeclarations."""
+    chat, _ = anthropic.request_to_chat(claude_body)
+    contents: list[dict] = []
+    system = None
+    for message in chat["messages"]:
+        role = message["role"]
+        if role == "system":
+            system = {"parts": [{"text": message["content"]}]}
+        elif role == "assistant":
+            parts = [{"text": message["content"]}] if message.get("content") else []
+            parts += [{"functionCall": {"id": c["id"], "name": c["function"]["name"],
+                                        "args": json.loads(c["function"]["arguments"])}}
+                      for c in message.get("tool_calls") or ()]
+            contents.append({"role": "model", "parts": parts})
+        elif role == "tool":
+            part = {"functionResponse": {"id": message["tool_call_id"], "name": "tool",
+                                         "response": {"output": message["content"]}}}
+            if contents and contents[-1]["role"] == "user":
+                contents[-1]["parts"].append(part)
+            else:
+                contents.append({"role": "user", "parts": [part]})
+        else:
+            contents.append({"role": "user", "parts": [{"text": message["content"]}]})
+    declarations = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+                     "parameters": _upper_types(t["function"]["parameters"])} for t in chat.get("tools", ())]
+    return {"contents": contents, "systemInstruction": system, "tools": [{"functionDeclarations": declarations}],
+            "generationConfig": {"maxOutputTokens": claude_body.get("max_tokens", 1024)}}
+
+
 def per_call(fn, seconds: float = 0.5) -> float:
     """CPU seconds per call of fn, best of 3 timed batches."""
     n, best = 1, float("inf")
@@ -78,6 +119,7 @@ def main() -> None:
     cases = {
         "anthropic": (anthropic, request("claude-code-request-2.json", 24)),
         "responses": (responses, request("codex-request-2.json", 4)),
+        "gemini": (gemini, as_gemini(request("claude-code-request-2.json", 24))),
     }
     text = Completion(text=split("x" * (3 * (args.events - 3)), 3))
     tool = Completion(calls=[call("call-1", "Bash", {"command": "y" * (4 * (args.events - 10))}, 4)],

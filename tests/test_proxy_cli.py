@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import openai
+from google import genai
+from google.genai import types as genai_types
 
 from agentlightning_cli.store import Store
 from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
@@ -51,6 +53,11 @@ def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
                 raise AssertionError("a second key was accepted")
             except openai.AuthenticationError:
                 pass
+            # Google's SDK at the Gemini base URL the banner prints
+            assert f"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:{port}/e/demo-1" in text
+            gem = genai.Client(api_key="s3cret", http_options=genai_types.HttpOptions(
+                base_url=f"http://127.0.0.1:{port}/e/gem-1", retry_options=genai_types.HttpRetryOptions(attempts=1)))
+            assert gem.models.generate_content(model="base", contents="hey").text == "hi from upstream"
         finally:
             proc.send_signal(signal.SIGINT)
             started = time.monotonic()
@@ -60,6 +67,8 @@ def test_alight_proxy_records_ad_hoc_episodes_and_stops_on_ctrl_c(tmp_path):
         [call] = store.get_calls("demo-1")
         assert call.status == "ok" and call.model == "base"
         assert json.loads(call.client_request)["messages"][0]["content"] == "hey"
+        [gem_call] = store.get_calls("gem-1")
+        assert gem_call.protocol == "gemini-generate-content" and gem_call.status == "ok"
 
 
 def test_alight_proxy_rejects_an_upstream_that_is_not_a_url(tmp_path):

@@ -23,8 +23,10 @@ alight proxy: recording {base} -> {upstream}
   presents becomes its key (later requests must send the same key).
   OpenAI chat / Responses   base_url = {base}/e/<episode>/v1
   Anthropic Messages        base_url = {base}/e/<episode>
+  Gemini                    base_url = {base}/e/<episode>
   e.g.  OPENAI_BASE_URL={base}/e/demo-1/v1 OPENAI_API_KEY=any-secret
         ANTHROPIC_BASE_URL={base}/e/demo-1 ANTHROPIC_API_KEY=any-secret
+        GOOGLE_GEMINI_BASE_URL={base}/e/demo-1 GEMINI_API_KEY=any-secret
   upstream serves: {served}
   upstream model: {model}
 {token}Ctrl-C stops."""

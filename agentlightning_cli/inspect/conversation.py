@@ -1,5 +1,5 @@
 """A call's request and reply as a list of turns, whatever the protocol (chat completions, Anthropic Messages,
-OpenAI Responses), streamed or not. What the viewer renders and `show --json` prints as `messages`/`reply`.
+OpenAI Responses, Gemini), streamed or not. What the viewer renders and `show --json` prints as `messages`/`reply`.
 
 Bodies are read as the client sent and saw them; anything that does not parse becomes one `raw` turn with the
 text, so a viewer never fails on a strange body.
@@ -99,6 +99,50 @@ def _responses_items(items: Any) -> list[Turn]:
     return turns
 
 
+_GEMINI = "gemini-generate-content"
+
+
+def _gemini_contents(contents: Any) -> list[Turn]:
+    """Gemini Contents (role user/model; parts of text, functionCall, functionResponse) as turns."""
+    turns = []
+    for content in contents or []:
+        role = "assistant" if content.get("role") == "model" else "user"
+        for part in content.get("parts") or []:
+            if isinstance(part.get("functionCall"), dict):
+                call = part["functionCall"]
+                turns.append(Turn(role, "tool_call", _args(call.get("args", {})), name=call.get("name"),
+                                  call_id=call.get("id")))
+            elif isinstance(part.get("functionResponse"), dict):
+                response = part["functionResponse"]
+                turns.append(Turn("tool", "tool_result", _text(response.get("response")), name=response.get("name"),
+                                  call_id=response.get("id")))
+            elif part.get("thought"):
+                turns.append(Turn(role, "thinking", part.get("text") or ""))
+            elif isinstance(part.get("text"), str):
+                turns.append(Turn(role, "text", part["text"]))
+            else:
+                turns.append(Turn(role, "text", f"[{', '.join(sorted(part))}]"))
+    return turns
+
+
+def _gemini_stream(events: list[tuple[str | None, Any]]) -> list[Turn]:
+    """The streamed events' parts in order, consecutive text pieces of one kind joined."""
+    parts: list[dict] = []
+    for _, data in events:
+        for candidate in (data.get("candidates") or [])[:1]:
+            for part in (candidate.get("content") or {}).get("parts") or []:
+                last = parts[-1] if parts else None
+                if (last is not None and isinstance(part.get("text"), str) and isinstance(last.get("text"), str)
+                        and bool(part.get("thought")) == bool(last.get("thought"))):
+                    parts[-1] = {**last, "text": last["text"] + part["text"]}
+                else:
+                    parts.append(part)
+        if isinstance(data.get("error"), dict):
+            return _gemini_contents([{"role": "model", "parts": parts}]) + [
+                Turn("error", "text", data["error"].get("message", ""))]
+    return _gemini_contents([{"role": "model", "parts": [p for p in parts if p.get("text") != ""]}])
+
+
 def request_turns(protocol: str, body: bytes) -> list[Turn]:
     """The conversation the client sent (system prompt, history, tool results), oldest first."""
     try:
@@ -112,6 +156,12 @@ def request_turns(protocol: str, body: bytes) -> list[Turn]:
         if protocol == "openai-responses":
             system = [Turn("system", "text", data["instructions"])] if data.get("instructions") else []
             return system + _responses_items(data.get("input"))
+        if protocol == _GEMINI:
+            data = data.get("generateContentRequest") or data  # countTokens may wrap the request
+            system = data.get("systemInstruction")
+            head = [Turn("system", "text", _text(system.get("parts") if isinstance(system, dict) else system))] \
+                if system else []
+            return head + _gemini_contents(data.get("contents"))
     except (ValueError, AttributeError, TypeError, KeyError):
         pass
     return [Turn("user", "raw", body.decode("utf-8", "replace"))]
@@ -121,6 +171,9 @@ def tool_names(protocol: str, body: bytes) -> list[str]:
     """Names of the tools the request offered."""
     try:
         tools = json.loads(body).get("tools") or []
+        if protocol == _GEMINI:
+            return [d.get("name", "?") for t in tools for d in t.get("functionDeclarations") or ()] + [
+                key for t in tools for key in t if key != "functionDeclarations"]
         return [t.get("name") or (t.get("function") or {}).get("name") or t.get("type", "?") for t in tools]
     except (ValueError, AttributeError, TypeError):
         return []
@@ -144,6 +197,8 @@ def reply_turns(protocol: str, body: bytes | None, stream: bool) -> list[Turn]:
             return _anthropic_blocks("assistant", data.get("content"))
         if protocol == "openai-responses":
             return _responses_items(data.get("output"))
+        if protocol == _GEMINI:
+            return _gemini_contents([c.get("content") or {} for c in (data.get("candidates") or [])[:1]])
     except (ValueError, AttributeError, TypeError, KeyError, IndexError):
         pass
     return [Turn("assistant", "raw", body.decode("utf-8", "replace"))]
@@ -177,6 +232,8 @@ def _stream_turns(protocol: str, body: bytes) -> list[Turn]:
             if data.get("type") in ("response.completed", "response.failed", "response.incomplete"):
                 return _responses_items(data["response"].get("output"))
         return _responses_items([d["item"] for _, d in events if d.get("type") == "response.output_item.done"])
+    if protocol == _GEMINI:
+        return _gemini_stream(events)
     raise ValueError(protocol)
 
 

@@ -117,9 +117,13 @@ async def _down(coro):
 
 
 async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answer: Callable[[dict], bytes],
-                     stream: Callable[[], StreamTranslator]) -> Response | StreamWriter:
+                     stream: Callable[[], StreamTranslator],
+                     rewrite: Callable[[dict], None] | None = None) -> Response | StreamWriter:
     """One call under exact continuation. `answer`: a whole chat completion -> the client's body (the caller
-    strips or translates); `stream`: the client's StreamTranslator for chat.completion.chunk dicts."""
+    strips or translates); `stream`: the client's StreamTranslator for chat.completion.chunk dicts. `rewrite`
+    (optional) edits derender's answer (the whole completion, or each chunk) in place before the chain learns it
+    and the client gets it: a protocol that hands out tool-call ids of its own (Gemini's positional ids) has the
+    chain learn the ids its client will send back."""
     cont: ExactContinuation = ex.parts.continuation  # type: ignore[assignment]
     io, chains = cont.io(ex.episode_id), cont.chains(ex.episode_id)
     chat_request = _chat_request(plan)
@@ -145,8 +149,8 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     chains.begin(decision)  # no await since classify: a concurrent continuation of this tip forks as `parallel`
     try:
         if not plan.stream:
-            return await _whole(ex, io, chains, decision, body, chat_request, plan, answer)
-        return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream)
+            return await _whole(ex, io, chains, decision, body, chat_request, plan, answer, rewrite)
+        return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream, rewrite)
     finally:  # every ending without a record (refused, unreachable, client gone, an exception) frees the chain
         chains.release(decision)
 
@@ -172,7 +176,7 @@ def _record(ex: Exchange, chains: Chains, decision: Decision, reply: dict, ids: 
 
 
 async def _whole(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, body: dict, chat_request: dict,
-                 plan: ChatPlan, answer: Callable[[dict], bytes]) -> Response:
+                 plan: ChatPlan, answer: Callable[[dict], bytes], rewrite: Callable[[dict], None] | None) -> Response:
     prompt = decision.prompt_ids
     try:
         generated = await _down(io.generate(prompt, body["sampling_params"], body["model"], base=body))
@@ -186,6 +190,8 @@ async def _whole(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, 
         usage["completion_tokens"] = len(generated.token_ids)
         usage["total_tokens"] = len(prompt) + len(generated.token_ids)
     _dress(data, plan, prompt, generated.token_ids)
+    if rewrite is not None:
+        rewrite(data)
     choice = (data.get("choices") or [{}])[0]
     reply = dict(choice.get("message") or {})
     fields = {"completion_token_ids": generated.token_ids, "completion_logprobs": generated.logprobs or None,
@@ -263,7 +269,8 @@ class _Reply:
 
 
 async def _streamed(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, body: dict, chat_request: dict,
-                    plan: ChatPlan, open_translator: Callable[[], StreamTranslator]) -> Response | StreamWriter:
+                    plan: ChatPlan, open_translator: Callable[[], StreamTranslator],
+                    rewrite: Callable[[dict], None] | None) -> Response | StreamWriter:
     prompt = decision.prompt_ids
     ids: list[int] = []
     logprobs: list[float] = []
@@ -322,6 +329,8 @@ async def _streamed(ex: Exchange, io: TokenIO, chains: Chains, decision: Decisio
         try:
             async for chunk in derender_stream(io, tapped(), chat_request, prompt):
                 _dress(chunk, plan, prompt, None)
+                if rewrite is not None:
+                    rewrite(chunk)
                 reply.add(chunk)
                 data = translator.feed(chunk)
                 if data:

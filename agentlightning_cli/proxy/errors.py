@@ -15,6 +15,11 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
                     429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
 _RESPONSES_TYPES = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}
 _RESPONSES_CODES = {401: "invalid_api_key", 404: "not_found", 413: "request_too_large", 429: "rate_limit_exceeded"}
+# google.rpc.Code names Google's APIs put in `error.status` for each HTTP status.
+_GEMINI_STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                    409: "ABORTED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
+                    499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+                    504: "DEADLINE_EXCEEDED"}
 
 
 class TranslationError(ValueError):
@@ -56,8 +61,18 @@ def responses_error_body(status: int, message: str, kind: str | None = None, par
     return {"error": {"message": message, "type": kind, "param": param, "code": _RESPONSES_CODES.get(status)}}
 
 
+def gemini_error_body(status: int, message: str, kind: str | None = None, param: str | None = None) -> dict:
+    """Google's error JSON: {"error": {"code", "message", "status"}}; `param` is folded into the message and
+    `kind` (another protocol's error type) has no place in it."""
+    if param:
+        message = f"{param}: {message}"
+    code = _GEMINI_STATUSES.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")
+    return {"error": {"code": status, "message": message, "status": code}}
+
+
 ERROR_BODIES: dict[str, Callable[..., dict]] = {"anthropic-messages": anthropic_error_body,
-                                               "openai-responses": responses_error_body}
+                                               "openai-responses": responses_error_body,
+                                               "gemini-generate-content": gemini_error_body}
 
 
 def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:

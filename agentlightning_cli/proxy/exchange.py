@@ -23,7 +23,7 @@ from agentlightning_cli.store import CallRecord
 log = logging.getLogger("alight.proxy")
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-_HIDDEN_HEADERS = ("authorization", "x-api-key")
+_HIDDEN_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 # Connection refused or reset, a broken or malformed answer (UpstreamBroken), a connect timeout.
 
 

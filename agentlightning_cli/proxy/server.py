@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from typing import Any, Callable, Collection
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 from agentlightning_cli.config import ProxySettings
 from agentlightning_cli.errors import AlightError
@@ -30,7 +31,7 @@ from agentlightning_cli.proxy.jsonio import dumps
 from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET, ListenerInbox
 from agentlightning_cli.proxy.probe import server_root
 from agentlightning_cli.proxy.recorder import Recorder
-from agentlightning_cli.proxy.routes import ROUTES, models_body, protocol_of
+from agentlightning_cli.proxy.routes import models_body, protocol_of, route
 from agentlightning_cli.proxy.routing import UpstreamRouter
 from agentlightning_cli.store import Store
 
@@ -39,11 +40,27 @@ EPISODE_PATH = re.compile(r"^/e/([A-Za-z0-9._~-]{1,128})(/.*)?$")
 PREFLIGHT = ("/", "/api/hello")
 
 
-def _presented_key(headers: Any) -> str | None:
+def _presented_key(request: Request) -> str | None:
+    """The key as OpenAI (Bearer), Anthropic (x-api-key) or Google (x-goog-api-key, or `?key=`) clients send it."""
+    headers = request.headers
     auth = headers.get("Authorization")
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return headers.get("x-api-key")
+    key = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    if key is None and "key=" in request.query_string:
+        keys = parse_qs(request.query_string).get("key")
+        key = keys[0] if keys else None
+    return key
+
+
+def _without_key(path_qs: str) -> str:
+    """The recorded path: a `?key=` query parameter (Google's other way to send the key) is left out, as the key
+    headers are."""
+    path, _, query = path_qs.partition("?")
+    if "key=" not in query:
+        return path_qs
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "key"]
+    return f"{path}?{urlencode(kept)}" if kept else path
 
 
 def _json(status: int, body: bytes) -> Response:
@@ -57,7 +74,8 @@ CALLS_PATH = "/alight/calls"
 def episode_base_url(proxy_url: str, episode_id: str, protocol: str = "openai-chat") -> str:
     """The base URL a harness of `protocol` is handed for its episode on the proxy at `proxy_url`."""
     base = f"{proxy_url}/e/{episode_id}"
-    return base if protocol in ("anthropic", "anthropic-messages") else base + "/v1"
+    # Anthropic's and Google's SDKs add their own version segment (/v1/messages, /v1beta/models/...).
+    return base if protocol in ("anthropic", "anthropic-messages", "gemini", "gemini-generate-content") else base + "/v1"
 
 
 class Proxy:
@@ -232,10 +250,10 @@ class Proxy:
         protocol = protocol_of(rest, request.headers)
         if not self.recorder.healthy:
             return unavailable(protocol, self.recorder.failure)
-        verdict = await self.keys.check(episode_id, _presented_key(request.headers))
+        verdict = await self.keys.check(episode_id, _presented_key(request))
         if verdict != "ok":
             return self._refused(verdict, episode_id, protocol)
-        if method == "GET" and rest in ("/v1/models", "/models"):
+        if method == "GET" and rest in ("/v1/models", "/models", "/v1beta/models"):
             return _json(200, dumps(models_body(self.model_policy.advertised(), protocol)))
         if method == "GET" and rest == CALLS_PATH:
             # The episode's recorded LLM calls, for a runner on another machine (rollout/remote.py) that judges
@@ -243,12 +261,12 @@ class Proxy:
             calls, first = await asyncio.to_thread(self.store.llm_call_count, episode_id)
             return _json(200, dumps({"calls": calls, "first_call_at": first,
                                      "over_budget": self.budgets.refusals.get(episode_id)}))
-        path = request.path_qs[len("/e/") + len(episode_id):] or "/"
+        path = _without_key(request.path_qs[len("/e/") + len(episode_id):]) or "/"
         assert self._parts is not None  # requests only arrive after start()
         ex = Exchange(self._parts, request, episode_id, path, protocol, started)
         try:
             ex.raw = read_body(request, self.settings.max_body_bytes)
-            handler = ROUTES.get((method, rest.rstrip("/")))
+            handler = route(method, rest)
             if handler is None:
                 raise ProxyReject(404, f"alight: no route for {method} {rest} (see `alight proxy --help`)",
                                   "client_error", "not_found_error")
@@ -286,5 +304,6 @@ class Proxy:
             msg = ("alight: this proxy listens beyond loopback, so a new episode needs the run token its banner "
                    "printed: send it as the API key, alone or as <run token>.<your own suffix>")
             return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))
-        msg = "alight: missing or wrong API key for this episode (send it as Authorization: Bearer or x-api-key)"
+        msg = ("alight: missing or wrong API key for this episode (send it as Authorization: Bearer, x-api-key or "
+               "x-goog-api-key)")
         return _json(401, error_bytes(protocol, 401, msg, "authentication_error"))

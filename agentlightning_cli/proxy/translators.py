@@ -1,6 +1,6 @@
 """The protocols the proxy translates to chat completions and back, in one static table.
 
-A translator (a module: anthropic.py, responses.py) turns a client request into a chat-completions body plus
+A translator (a module: anthropic.py, responses.py, gemini.py) turns a client request into a chat-completions body plus
 what it dropped, a whole chat completion into the client's reply, and opens a StreamTranslator that turns
 parsed `chat.completion.chunk`s into the client's events. The chat passthrough is a StreamTranslator too
 (passthrough.py), so one stream loop (relay.py) serves every protocol. Error shapes live in errors.py: paths
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agentlightning_cli.proxy import anthropic, responses
+from agentlightning_cli.proxy import anthropic, gemini, responses
 
 
 class StreamTranslator(Protocol):
@@ -44,4 +44,6 @@ class Translator(Protocol):
 # Each module is checked against the Protocol here (a type checker matches a module's functions to its methods).
 _ANTHROPIC: Translator = anthropic
 _RESPONSES: Translator = responses
-TRANSLATORS: dict[str, Translator] = {anthropic.PROTOCOL: _ANTHROPIC, responses.PROTOCOL: _RESPONSES}
+_GEMINI: Translator = gemini
+TRANSLATORS: dict[str, Translator] = {anthropic.PROTOCOL: _ANTHROPIC, responses.PROTOCOL: _RESPONSES,
+                                      gemini.PROTOCOL: _GEMINI}
