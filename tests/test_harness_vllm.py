@@ -6,7 +6,9 @@ required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered 
 its streaming parser hands out the call as soon as the name is complete, though the random arguments never
 close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
 limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
-logprobs. Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
+logprobs. Aider runs one episode through `alight run` (bubblewrap, the default sandbox): the tiny model's noise is no
+edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and
+nothing of Aider's own is in the patch. Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
 on CPU.
 """
 
@@ -20,6 +22,7 @@ from harness_support import installed
 
 from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+from tests import run_support as rs
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 POLICY = "policy-r0"
@@ -86,3 +89,30 @@ async def test_codex_runs_tool_turns_until_the_call_budget_on_real_vllm(vllm_url
                for c in calls]
     assert outputs[: CODEX_CALLS + 1] == list(range(CODEX_CALLS + 1)), outputs
     assert len(served[1].prompt_token_ids) > len(served[0].prompt_token_ids) + len(served[0].completion_token_ids)
+
+
+def test_aider_runs_one_sandboxed_episode_through_alight_run_on_real_vllm(shared_tiny_vllm, tmp_path: Path) -> None:
+    installed("aider")
+    tasks = rs.calc_task_set(tmp_path, [{"id": "calc", "prompt": "Fix add() in calc.py."}])
+    out = tmp_path / "runs" / "aider"
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "aider", "--attempts", "1", "--out", str(out),
+                      "--upstream", shared_tiny_vllm.base_url, "--model", str(shared_tiny_vllm.model), "--json"],
+                     cwd=tmp_path, timeout=900, env={"ALIGHT_PROXY__SAMPLING__MAX_TOKENS_CAP": "24"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    store, [episode] = rs.read_store(out)
+    try:
+        calls = store.get_calls(episode.id)
+        patch = store.get_patch(episode.id)
+    finally:
+        store.close()
+    assert episode.status == "done" and episode.outcome == "finished", (episode.error, episode.outcome_detail)
+    assert episode.reward == 0.0 and episode.outcome_detail["sandbox"]["mode"] == "bwrap", episode.outcome_detail
+    assert 1 <= len(calls) <= 4, [(c.status, c.error) for c in calls]
+    _assert_recorded_ok(calls, 24)
+    for call in calls:
+        body = json.loads(call.client_request)
+        assert call.protocol == "openai-chat" and not call.stream and not body.get("tools")
+    # Whatever the noise made Aider write, none of Aider's own files (.gitignore, histories, caches) is graded.
+    names = [line.split(" b/", 1)[1] for line in (patch.patch or b"").decode(errors="replace").splitlines()
+             if line.startswith("diff --git ")]
+    assert patch.error is None and not [n for n in names if n.startswith(".aider") or n == ".gitignore"], names
