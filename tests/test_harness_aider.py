@@ -14,6 +14,8 @@ import pytest
 from harness_support import installed, scripted
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+from agentlightning_cli.harness import recipe as recipes
+from agentlightning_cli.harness.outcome import judge
 from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT
 from agentlightning_cli.tasks.patch import agent_patch, snapshot_base
 from agentlightning_cli.tasks.workspace import GIT_IDENTITY
@@ -52,3 +54,22 @@ async def test_aider_patch_holds_only_the_agents_edit(tmp_path: Path) -> None:
     # Its histories and event log are in the episode's private folder instead.
     episode_dir = tmp_path / "run" / "harness" / spec.episode_id
     assert (episode_dir / "chat.history.md").is_file() and (episode_dir / "aider-events.jsonl").is_file()
+
+
+def _event(name: str, **properties: object) -> dict:
+    return {"event": name, "properties": properties, "user_id": "u", "time": 0}
+
+
+def test_aider_outcome_is_read_from_its_event_log() -> None:
+    """Aider exits 0 whatever happened: its event log's normal end is the finish, an exception while sending is a
+    harness error, and a log that stops early (a crash, a kill) is one too."""
+    recipe = recipes.load("aider")
+    start = [_event("launched"), _event("message_send_starting")]
+    done = _event("exit", reason="Completed --message-file")
+    assert judge(recipe, {}, [*start, _event("message_send", prompt_tokens=10), done]) == (None, False)
+    # A reply cut at max_tokens is discarded by Aider (no message_send), but the run ended normally: the policy's.
+    assert judge(recipe, {}, [*start, done]) == (None, False)
+    error, _ = judge(recipe, {}, [*start, _event("message_send_exception", exception="boom"), done])
+    assert error == "aider: boom"
+    error, _ = judge(recipe, {}, start)
+    assert error is not None and "did not finish" in error and "message_send_starting" in error, error
