@@ -9,7 +9,8 @@ limit: `codex exec` has no turn limit) stops it. Every call must be recorded wit
 logprobs. Aider runs one episode through `alight run` (bubblewrap, the default sandbox): the tiny model's noise is no
 edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and
 nothing of Aider's own is in the patch (its replies, cut at the 24-token cap, are discarded by Aider as a
-"token limit" reply: the run still ends as Aider's normal end, finished, and trains). Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
+"token limit" reply: the run still ends as Aider's normal end, finished, and trains). Claude Code is not run
+here: its first request is ~65k tokens with this tokenizer, minutes per call
 on CPU.
 """
 

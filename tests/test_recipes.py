@@ -120,7 +120,8 @@ def test_rendered_aider_files_point_at_the_proxy_without_writing_the_key(tmp_pat
     recipe, ctx = _ctx("aider", tmp_path)
     metadata = json.loads(recipe.render(recipe.files["model-metadata.json"], ctx))
     # An entry for the very model Aider asks for: else it downloads litellm's price map from GitHub.
-    assert list(metadata) == [f"openai/{ctx['model']}"] and metadata[f"openai/{ctx['model']}"]["input_cost_per_token"] == 0
+    name = f"openai/{ctx['model']}"
+    assert list(metadata) == [name] and metadata[name]["input_cost_per_token"] == 0
     env_file = recipe.render(recipe.files["aider.env"], ctx)
     assert f"OPENAI_API_BASE={ctx['base_url']}" in env_file and "OPENAI_API_KEY=${EPISODE_API_KEY}" in env_file
     assert ctx["api_key"] not in env_file and recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == ctx["api_key"]
