@@ -6,12 +6,11 @@ required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered 
 its streaming parser hands out the call as soon as the name is complete, though the random arguments never
 close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
 limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
-logprobs. Aider runs one episode through `alight run` (bubblewrap, the default sandbox): the tiny model's noise is no
-edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and
+logprobs. Aider runs one episode through `alight run` (bubblewrap, the default sandbox): the tiny model's noise
+is no edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and
 nothing of Aider's own is in the patch (its replies, cut at the 24-token cap, are discarded by Aider as a
 "token limit" reply: the run still ends as Aider's normal end, finished, and trains). Claude Code is not run
-here: its first request is ~65k tokens with this tokenizer, minutes per call
-on CPU.
+here: its first request is ~65k tokens with this tokenizer, minutes per call on CPU.
 """
 
 from __future__ import annotations
