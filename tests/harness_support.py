@@ -8,7 +8,15 @@ from pathlib import Path
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import Installed, install
 
-HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code"]
+HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code", "aider"]
+
+
+def scripted(recipe: recipes.Recipe):
+    """The scripted model for one real harness: a shell tool call then its way of finishing, or, for a text-mode
+    recipe (Aider), an answer in the text the harness parses (harness_scripts.text_then_finish)."""
+    from agentlightning_cli.scripted.harness_scripts import text_then_finish, tool_then_finish
+
+    return tool_then_finish(recipe.name) if recipe.tool_calls else text_then_finish()
 
 
 def harness_home() -> Path:

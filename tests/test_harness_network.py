@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from harness_support import HARNESSES, installed
+from harness_support import HARNESSES, installed, scripted
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
 pytestmark = pytest.mark.harness
 PORT = re.compile(r"sin6?_port=htons\((\d+)\)")
@@ -29,7 +28,7 @@ def inet_targets(trace: str) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("name", HARNESSES)
 async def test_harness_connects_only_to_the_proxy(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
-    async with SmokeEnvironment(tmp_path / "run", tool_then_finish(name)) as env:
+    async with SmokeEnvironment(tmp_path / "run", scripted(recipe)) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", "Create out.txt.", timeout_s=240)
         # In the episode folder: inside the sandbox (the default) that is one of the few writable places.
         trace = tmp_path / "run" / "harness" / spec.episode_id / "connect.strace"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness_support import installed
+from harness_support import installed, scripted
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT
 
 pytestmark = pytest.mark.harness
 MAX_ARG_STRLEN = 32 * 4096
@@ -24,11 +24,11 @@ PROMPT = (f"Create {OUT_FILE} containing: {OUT_TEXT}. " + FILLER * (MAX_ARG_STRL
           + "END-OF-LONG-PROMPT-7f3a")
 
 
-@pytest.mark.parametrize("name", ["codex", "claude-code", "mini-swe-agent", "openhands"])
+@pytest.mark.parametrize("name", ["codex", "claude-code", "mini-swe-agent", "openhands", "aider"])
 async def test_prompt_over_the_argument_limit_reaches_the_model_whole(name: str, tmp_path: Path) -> None:
     assert len(PROMPT.encode()) > MAX_ARG_STRLEN + 20_000
     recipe, inst = installed(name)
-    async with SmokeEnvironment(tmp_path / "run", tool_then_finish(name)) as env:
+    async with SmokeEnvironment(tmp_path / "run", scripted(recipe)) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=240)
         outcome = await env.run(recipe, inst, spec)
         calls = env.store.get_calls(spec.episode_id)

@@ -1,6 +1,7 @@
 """Each REAL harness, unmodified, through the real proxy and store against the scripted upstream.
 
-The scripted model drives one shell tool call that writes out.txt, then the harness's own way of finishing.
+The scripted model drives one shell tool call that writes out.txt, then the harness's own way of finishing
+(Aider, a text-mode harness: a file listing it rejects, then one it writes).
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from harness_support import HARNESSES, installed
+from harness_support import HARNESSES, installed, scripted
 
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
-from agentlightning_cli.scripted.harness_scripts import OUT_FILE, OUT_TEXT, tool_then_finish
+from agentlightning_cli.scripted.harness_scripts import AIDER_NO_FILENAME, OUT_FILE, OUT_TEXT
 
 pytestmark = pytest.mark.harness
 PROMPT = f"Create {OUT_FILE} containing: {OUT_TEXT}"
@@ -38,7 +39,7 @@ def _roles_and_types(body: object) -> set[str]:
 @pytest.mark.parametrize("name", HARNESSES)
 async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
-    async with SmokeEnvironment(tmp_path / "run", tool_then_finish(name)) as env:
+    async with SmokeEnvironment(tmp_path / "run", scripted(recipe)) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=240)
         other = env.new_episode(recipe, tmp_path / "idle-ws", PROMPT)  # registered, never run
         outcome = await env.run(recipe, inst, spec)
@@ -55,9 +56,15 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
         assert call.completion_logprobs and len(call.completion_logprobs) == len(call.completion_token_ids)
     # The last call carries the tool's result in the protocol's own form (the first does not): the harness really
     # ran the command and reported back.
-    marker = TOOL_RESULT[recipe.protocol]
-    assert marker not in _roles_and_types(json.loads(calls[0].client_request))
-    assert marker in _roles_and_types(json.loads(calls[-1].client_request)), calls[-1].client_request[:2000]
+    if recipe.tool_calls:
+        marker = TOOL_RESULT[recipe.protocol]
+        assert marker not in _roles_and_types(json.loads(calls[0].client_request))
+        assert marker in _roles_and_types(json.loads(calls[-1].client_request)), calls[-1].client_request[:2000]
+    else:  # text mode (Aider): no tools offered; its verdict on the first reply comes back as a user message
+        first, last = json.loads(calls[0].client_request), json.loads(calls[-1].client_request)
+        assert not first.get("tools") and not last.get("tools")
+        assert AIDER_NO_FILENAME not in json.dumps(first["messages"][-1])
+        assert AIDER_NO_FILENAME in json.dumps(last["messages"][-1]) and last["messages"][-1]["role"] == "user"
     assert len(calls[-1].prompt_token_ids) > len(calls[0].prompt_token_ids)
     # Logs land in the run's log folder; the key never appears in the harness's argv-visible output.
     assert Path(outcome.stdout_path) == tmp_path / "run" / "logs" / "episodes" / f"{spec.episode_id}.stdout"

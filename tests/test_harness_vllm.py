@@ -6,9 +6,12 @@ required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered 
 its streaming parser hands out the call as soon as the name is complete, though the random arguments never
 close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
 limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
-logprobs. Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call
-on CPU. OpenCode and Qwen Code run one episode each through `alight run` (bubblewrap, the default) with this
-server as --upstream.
+logprobs. OpenCode and Qwen Code run one episode each through `alight run` (bubblewrap, the default) with this
+server as --upstream. Aider runs one episode the same way: the tiny model's noise is no edit Aider can apply, so
+its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and nothing of Aider's own is in
+the patch (its replies, cut at the 24-token cap, are discarded by Aider as a "token limit" reply: the run still ends
+as Aider's normal end, finished, and trains). Claude Code is not run here: its first request is ~65k tokens with
+this tokenizer, minutes per call on CPU.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from harness_support import installed
 
 from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides
 from agentlightning_cli.testing.proxy_env import SmokeEnvironment
+from tests import run_support as rs
 
 pytestmark = [pytest.mark.harness, pytest.mark.vllm]
 POLICY = "policy-r0"
@@ -93,8 +97,6 @@ async def test_codex_runs_tool_turns_until_the_call_budget_on_real_vllm(vllm_url
 def _alight_run(name: str, shared_tiny_vllm, tmp_path: Path) -> tuple:
     """`alight run`, one task, one attempt, the harness in bubblewrap (the default), the suite's tiny-model vLLM as
     --upstream; returns the summary, the episode and its calls."""
-    from tests import run_support as rs
-
     installed(name)
     tasks = rs.calc_task_set(tmp_path, [{"id": "one", "prompt": "Fix add()."}])
     out = tmp_path / "runs" / name
@@ -141,3 +143,33 @@ def test_qwen_code_on_a_context_too_small_is_a_harness_error_though_it_says_succ
     assert ep.exit_code == 0  # the trap: its exit code and its result's subtype say success
     assert "[API Error: 400" in ep.error and "maximum context length" in ep.error, ep.error
     assert calls and calls[0].status == "upstream_error" and calls[0].http_status == 400, calls
+
+
+def test_aider_runs_one_sandboxed_episode_through_alight_run_on_real_vllm(shared_tiny_vllm, tmp_path: Path) -> None:
+    installed("aider")
+    tasks = rs.calc_task_set(tmp_path, [{"id": "calc", "prompt": "Fix add() in calc.py."}])
+    out = tmp_path / "runs" / "aider"
+    proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "aider", "--attempts", "1", "--out", str(out),
+                      "--upstream", shared_tiny_vllm.base_url, "--model", str(shared_tiny_vllm.model), "--json"],
+                     cwd=tmp_path, timeout=900, env={"ALIGHT_PROXY__SAMPLING__MAX_TOKENS_CAP": "24"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    store, [episode] = rs.read_store(out)
+    try:
+        calls = store.get_calls(episode.id)
+        patch = store.get_patch(episode.id)
+    finally:
+        store.close()
+    stdout = out / "logs" / "episodes" / f"{episode.id}.stdout"
+    assert episode.status == "done" and episode.outcome == "finished", (episode.error, stdout.read_text()[-3000:])
+    assert episode.reward == 0.0 and episode.outcome_detail["sandbox"]["mode"] == "bwrap", episode.outcome_detail
+    assert 1 <= len(calls) <= 4, [(c.status, c.error) for c in calls]
+    for call in calls:  # served as the run's base model (no adapter: one attempt, no training)
+        assert call.status == "ok" and call.http_status == 200, call.error
+        assert call.prompt_token_ids and call.completion_token_ids
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+        body = json.loads(call.client_request)
+        assert call.protocol == "openai-chat" and not call.stream and not body.get("tools")
+    # Whatever the noise made Aider write, none of Aider's own files (.gitignore, histories, caches) is graded.
+    names = [line.split(" b/", 1)[1] for line in (patch.patch or b"").decode(errors="replace").splitlines()
+             if line.startswith("diff --git ")]
+    assert patch.error is None and not [n for n in names if n.startswith(".aider") or n == ".gitignore"], names

@@ -16,7 +16,8 @@ from agentlightning_cli.harness.outcome import judge, read_records
 
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
            "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat",
-           "opencode": "openai-chat", "qwen-code": "openai-chat"}
+           "opencode": "openai-chat", "qwen-code": "openai-chat",
+           "aider": "openai-chat"}
 
 
 def test_all_shipped_recipes_load_with_their_protocols() -> None:
@@ -147,6 +148,20 @@ def test_rendered_qwen_settings_turn_its_helper_calls_off(tmp_path: Path) -> Non
     assert "fastModel" not in settings  # unset: the title helper never runs, the others use the one model name
     assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
     assert recipe.env["QWEN_CODE_EMIT_TOOL_USE_SUMMARIES"] == "0"
+
+
+def test_rendered_aider_files_point_at_the_proxy_without_writing_the_key(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("aider", tmp_path)
+    metadata = json.loads(recipe.render(recipe.files["model-metadata.json"], ctx))
+    # An entry for the very model Aider asks for: else it downloads litellm's price map from GitHub.
+    name = f"openai/{ctx['model']}"
+    assert list(metadata) == [name] and metadata[name]["input_cost_per_token"] == 0
+    env_file = recipe.render(recipe.files["aider.env"], ctx)
+    assert f"OPENAI_API_BASE={ctx['base_url']}" in env_file and "OPENAI_API_KEY=${EPISODE_API_KEY}" in env_file
+    assert ctx["api_key"] not in env_file and recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == ctx["api_key"]
+    argv = [recipe.render(part, ctx) for part in recipe.command]
+    assert {"--no-gitignore", "--no-auto-commits", "--no-check-update", "--analytics-disable"} <= set(argv)
+    assert not recipe.tool_calls and recipe.max_turns is None
 
 
 def test_the_text_recipe_shares_mini_swe_agents_install_and_parses_a_small_models_reply(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from agentlightning_cli.errors import AlightError
 from agentlightning_cli.sandbox import SandboxSpec
 from agentlightning_cli.sandbox.container import check_image, runtime_path, ulimit_args
 from agentlightning_cli.scripted.fake_vllm import FakeScript, FakeVLLM
+from agentlightning_cli.scripted.harness_scripts import is_aider
 from agentlightning_cli.tasks.shell import run_shell
 from tests import container_support as cs
 from tests import run_support as rs
@@ -135,6 +136,39 @@ def test_mini_swe_agent_runs_inside_the_image_through_the_proxy(runtime: str, tm
     finally:
         store.close()
     assert _alight_containers(tmp_path, runtime) == []
+
+
+def test_aider_runs_inside_the_image_and_its_edit_is_graded(tmp_path: Path) -> None:
+    """Aider (a PyPI venv, text mode) in the container sandbox: it adds calc.py, named in the task, to its chat and
+    writes the file listing the scripted model sends back; the hidden test grades what it wrote."""
+    installed("aider")
+    image = cs.image(cs.IMAGE)
+    tasks = rs.calc_task_set(tmp_path, [{"id": "solve", "prompt": "Fix add() in calc.py.", "image": image}])
+    fixed = rs.CALC.replace("a - b", "a + b")
+
+    def reply(body: dict) -> dict:
+        if not is_aider(body):
+            return {"content": "Done."}  # alight's own probe of the upstream before the round
+        # calc.py's content must have reached the model: Aider added the file, named in the task, to its chat.
+        listing = f"calc.py\n```\n{fixed}```\n" if "a - b" in json.dumps(body["messages"]) else "calc.py is missing"
+        return {"content": listing}
+
+    out = tmp_path / "runs" / "a"
+    with FakeVLLM(FakeScript(reply=reply, served_models=["policy-r0"])) as fake:
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", "aider", "--attempts", "1", "--upstream",
+                          fake.url, "--out", str(out), "--sandbox", "container", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["sandbox"] == "container" and summary["mean_reward"] == 1.0, summary
+    store, [episode] = rs.read_store(out)
+    try:
+        patch = store.get_patch(episode.id)
+        assert episode.outcome == "finished" and episode.outcome_detail["sandbox"]["mode"] == "container"
+        assert len(store.get_calls(episode.id)) == 1
+    finally:
+        store.close()
+    assert patch.files == 1 and patch.patch.startswith(b"diff --git a/calc.py b/calc.py\n"), patch
+    assert _alight_containers(tmp_path) == []
 
 
 @pytest.mark.parametrize("runtime", cs.RUNTIMES)

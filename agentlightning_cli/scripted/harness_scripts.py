@@ -103,12 +103,45 @@ def tool_then_finish(harness: str | None = None, command: str = WRITE_COMMAND) -
 def text_then_finish(command: str = WRITE_COMMAND) -> Callable[[dict], dict[str, Any]]:
     """The same two steps for a harness that reads its command from the reply's text (a recipe with
     `tool_calls: false`, mini-SWE-agent's text mode): a fenced bash block, then mini's submit command. The step is
-    the number of earlier assistant turns: text mode sends observations back as user turns, never as tool results."""
+    the number of earlier assistant turns: text mode sends observations back as user turns, never as tool results.
+    Aider, the other text-mode harness, is recognised by its system prompt and answered in its edit format."""
+
+    aider = aider_edit()
 
     def reply(body: dict) -> dict[str, Any]:
+        if is_aider(body):
+            return aider(body)
         step = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
         run = command if step == 0 else MINI_SUBMIT
         return {"content": f"Running a command.\n\n```bash\n{run}\n```"}
+
+    return reply
+
+
+AIDER_FORMAT = "*file listing*"
+"""In Aider's whole-format system prompt (and nowhere else): how a request is known to come from Aider."""
+AIDER_NO_FILENAME = "No filename provided before"
+"""The start of Aider's own complaint about a file listing without a file name, sent back as a user message."""
+
+
+def is_aider(body: dict) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "system" and AIDER_FORMAT in str(m.get("content"))
+               for m in body.get("messages") or [])
+
+
+def aider_edit(path: str = OUT_FILE, text: str = OUT_TEXT) -> Callable[[dict], dict[str, Any]]:
+    """Aider's two steps (it has no tools and no shell: its "tool" is applying the edits in a reply). A reply that
+    Aider applies ends its run after one call, so the first reply is a file listing without the file name line,
+    which Aider rejects and reflects back as a user message: its feedback loop runs through the proxy, like a
+    tool's result. The second reply is the proper listing, which Aider writes to `path`. The step is whether the
+    last user message is that complaint (Aider's request also carries example assistant turns of its own)."""
+
+    def reply(body: dict) -> dict[str, Any]:
+        users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+        reflected = bool(users) and AIDER_NO_FILENAME in str(users[-1].get("content"))
+        if not reflected:
+            return {"content": f"```\n{text}\n```\n"}
+        return {"content": f"Writing the file.\n\n{path}\n```\n{text}\n```\n"}
 
     return reply
 
