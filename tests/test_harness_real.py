@@ -63,6 +63,8 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
     else:  # text mode (Aider): no tools offered; its verdict on the first reply comes back as a user message
         first, last = json.loads(calls[0].client_request), json.loads(calls[-1].client_request)
         assert not first.get("tools") and not last.get("tools")
+        # No temperature sent (Aider's default for an unknown model is 0: greedy calls are never trained).
+        assert "temperature" not in first and "temperature" not in last
         assert AIDER_NO_FILENAME not in json.dumps(first["messages"][-1])
         assert AIDER_NO_FILENAME in json.dumps(last["messages"][-1]) and last["messages"][-1]["role"] == "user"
     assert len(calls[-1].prompt_token_ids) > len(calls[0].prompt_token_ids)
