@@ -171,6 +171,11 @@ class TrainSettings(Section):
     spends the same compute at the same learning rate on a reward that says nothing (train/reward_control.py)."""
     max_row_tokens: int | None = None
     """Rows longer than this are dropped (never truncated); empty = serve.max_model_len."""
+    helper_calls: Literal["skip", "train"] = "skip"
+    """Calls a harness makes beside its agent's turns under another model name than its recipe's `model` (Gemini
+    CLI's next-speaker check, loop detection, chat compression, edit correction, ...): the proxy serves them from
+    the policy too, but their replies are not the agent's actions. `skip` leaves them out of training (counted as
+    `helper_calls`); `train` trains them like the agent's calls."""
     lora_rank: int | None = None
     """Empty: 32 for a real model, 8 for the embedded tiny model. Must be <= serve.max_lora_rank to be served."""
     lora_alpha: int | None = None

@@ -8,7 +8,7 @@ from pathlib import Path
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import Installed, install
 
-HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code", "aider"]
+HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code", "aider", "gemini-cli"]
 
 
 def scripted(recipe: recipes.Recipe):

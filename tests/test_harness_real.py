@@ -18,18 +18,20 @@ from agentlightning_cli.scripted.harness_scripts import AIDER_NO_FILENAME, OUT_F
 pytestmark = pytest.mark.harness
 PROMPT = f"Create {OUT_FILE} containing: {OUT_TEXT}"
 # How each protocol hands a tool's result back: a chat message's role, a Messages content block's or a Responses
-# input item's type.
-TOOL_RESULT = {"openai-chat": "tool", "anthropic-messages": "tool_result", "openai-responses": "function_call_output"}
+# input item's type; Gemini's is a part's key.
+TOOL_RESULT = {"openai-chat": "tool", "anthropic-messages": "tool_result", "openai-responses": "function_call_output",
+               "gemini-generate-content": "functionResponse"}
 
 
 def _roles_and_types(body: object) -> set[str]:
-    """Every `role` and `type` value anywhere in a request body."""
+    """Every `role` and `type` value anywhere in a request body, and Gemini's `functionResponse` part key."""
     found: set[str] = set()
     stack = [body]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             found |= {str(item[k]) for k in ("role", "type") if isinstance(item.get(k), str)}
+            found |= {"functionResponse"} & item.keys()
             stack += list(item.values())
         elif isinstance(item, list):
             stack += item
@@ -73,7 +75,7 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
     assert outcome.first_call_s is not None and 0 <= outcome.first_call_s <= outcome.wall_s
 
 
-@pytest.mark.parametrize("name", ["openhands", "claude-code", "opencode", "qwen-code"])
+@pytest.mark.parametrize("name", ["openhands", "claude-code", "opencode", "qwen-code", "gemini-cli"])
 async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
     bad = lambda body: {"error": {"status": 400, "message": "scripted bad request"}}  # noqa: E731
@@ -93,11 +95,12 @@ async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: 
         assert "400" in outcome.reason
 
 
-async def test_turn_limit_is_reported_as_finished_at_the_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["claude-code", "gemini-cli"])
+async def test_turn_limit_is_reported_as_finished_at_the_limit(name: str, tmp_path: Path) -> None:
     from agentlightning_cli.scripted.harness_scripts import endless
 
-    recipe, inst = installed("claude-code")
-    async with SmokeEnvironment(tmp_path / "run", endless("claude-code")) as env:
+    recipe, inst = installed(name)
+    async with SmokeEnvironment(tmp_path / "run", endless(name)) as env:
         spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=120, max_turns=3)
         outcome = await env.run(recipe, inst, spec)
     assert outcome.status == "finished" and outcome.turn_limit_reached, outcome

@@ -6,12 +6,12 @@ required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered 
 its streaming parser hands out the call as soon as the name is complete, though the random arguments never
 close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
 limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
-logprobs. OpenCode and Qwen Code run one episode each through `alight run` (bubblewrap, the default) with this
-server as --upstream. Aider runs one episode the same way: the tiny model's noise is no edit Aider can apply, so
-its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and nothing of Aider's own is in
-the patch (its replies, cut at the 24-token cap, are discarded by Aider as a "token limit" reply: the run still ends
-as Aider's normal end, finished, and trains). Claude Code is not run here: its first request is ~65k tokens with
-this tokenizer, minutes per call on CPU.
+logprobs. OpenCode, Qwen Code and Gemini CLI (the Gemini API, translated) run one episode each through `alight
+run` (bubblewrap, the default) with this server as --upstream. Aider runs one episode the same way: the tiny
+model's noise is no edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3
+reflections), unrewarded, and nothing of Aider's own is in the patch (its replies, cut at the 24-token cap, are
+discarded by Aider as a "token limit" reply: the run still ends as Aider's normal end, finished, and trains).
+Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call on CPU.
 """
 
 from __future__ import annotations
@@ -128,6 +128,33 @@ def test_opencode_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(sha
         assert call.stream and call.prompt_token_ids and call.completion_token_ids
         assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
     assert ep.exit_code == 0
+
+
+def test_gemini_cli_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm,
+                                                                               tmp_path: Path) -> None:
+    """Gemini CLI's own first request (~49 KB: its system instruction and 15 function declarations, ~27.5k tokens
+    with the tiny tokenizer) reaches vLLM through the proxy's Gemini translator, streamed, and comes back with
+    vLLM's token ids; the noise ends its turn (or, should it call a tool, the call budget stops it). The run records
+    the harness's model name, against which helper calls are told apart: none here (its next-speaker check and LLM
+    loop detection are off in the recipe)."""
+    summary, ep, calls = _alight_run("gemini-cli", shared_tiny_vllm, tmp_path)
+    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
+    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
+    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
+    served = [c for c in calls if c.status != "budget_exceeded"]
+    assert served, calls
+    for call in served:
+        assert call.status == "ok" and call.http_status == 200, call.error
+        assert call.protocol == "gemini-generate-content" and call.stream and call.client_model == "policy"
+        assert call.path.startswith("/v1beta/models/policy:streamGenerateContent")
+        assert call.prompt_token_ids and call.completion_token_ids
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+    store, _ = rs.read_store(tmp_path / "runs" / "gemini-cli")
+    try:
+        [run] = store.list_runs()
+        assert run.config["harness"] == "gemini-cli" and run.config["harness_model"] == "policy", run.config
+    finally:
+        store.close()
 
 
 def test_qwen_code_on_a_context_too_small_is_a_harness_error_though_it_says_success(shared_tiny_vllm,

@@ -61,7 +61,10 @@ def test_list_json_shape_filters_and_table(demo, tmp_path: Path):
 def test_show_episode_and_call_json_shapes(demo, tmp_path: Path):
     ep = json.loads(alight(tmp_path, "inspect", "show", demo.broken_prefix_episode, "--json").stdout)
     assert EPISODE_KEYS <= set(ep) and ep["object"] == "episode"
-    assert [c["seq"] for c in ep["calls"]] == [0, 1, 2, 3] and all(set(c) == CALL_KEYS for c in ep["calls"])
+    assert [c["seq"] for c in ep["calls"]] == [0, 1, 2, 3]
+    assert all(set(c) == CALL_KEYS | {"helper"} for c in ep["calls"])
+    # No harness model recorded (a run before helper labels): no call is a helper.
+    assert ep["harness_model"] is None and not any(c["helper"] for c in ep["calls"])
     rows = ep["rows"]["rows"]
     assert [r["calls"] for r in rows] == [[0, 1], [2], [3]] and rows[0]["break"] is None
     assert rows[1]["break"]["matched"] == 10 and "diverges" in rows[1]["break"]["reason"]

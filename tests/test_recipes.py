@@ -17,7 +17,7 @@ from agentlightning_cli.harness.outcome import judge, read_records
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
            "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat",
            "opencode": "openai-chat", "qwen-code": "openai-chat",
-           "aider": "openai-chat"}
+           "aider": "openai-chat", "gemini-cli": "gemini-generate-content"}
 
 
 def test_all_shipped_recipes_load_with_their_protocols() -> None:
@@ -203,6 +203,39 @@ def test_outcome_rules_for_each_harness_report(tmp_path: Path) -> None:
     error = {"type": "error", "error": {"name": "APIError", "data": {"message": "bad", "statusCode": 400}}}
     assert judge(recipe, ctx, [error])[0] == "opencode error (APIError, status 400): bad"
     assert judge(recipe, ctx, [{"type": "step_start"}])[0] == "opencode reported no finished step"
+
+
+def test_rendered_gemini_settings_choose_its_auth_trust_the_folder_and_send_nothing_elsewhere(tmp_path: Path) -> None:
+    """The two traps (no auth type chosen: exit 41; an untrusted folder: yolo silently overridden) and the settings
+    that keep it on the proxy; the turn limit is model.maxSessionTurns (-1, unlimited, when there is none)."""
+    from agentlightning_cli.proxy.server import episode_base_url
+
+    recipe, ctx = _ctx("gemini-cli", tmp_path)
+    settings = json.loads(recipe.render(recipe.files["home/.gemini/settings.json"], ctx))
+    assert settings["security"] == {"folderTrust": {"enabled": False}, "auth": {"selectedType": "gemini-api-key"}}
+    assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
+    assert settings["general"]["enableAutoUpdate"] is False and settings["general"]["checkpointing"]["enabled"] is False
+    assert settings["model"]["maxSessionTurns"] == recipe.max_turns == ctx["max_turns"]
+    assert settings["model"]["skipNextSpeakerCheck"] is True and settings["model"]["disableLoopDetection"] is True
+    assert json.loads(recipe.render(recipe.files["home/.gemini/settings.json"], {**ctx, "max_turns": 0})
+                      )["model"]["maxSessionTurns"] == -1
+    assert recipe.render(recipe.env["GOOGLE_GEMINI_BASE_URL"], ctx) == ctx["base_url"]
+    assert recipe.render(recipe.env["GEMINI_API_KEY"], ctx) == ctx["api_key"]
+    # The SDK adds /v1beta/models/...: the proxy hands this protocol the bare episode URL.
+    assert episode_base_url("http://127.0.0.1:9", "ep-1", recipe.protocol) == "http://127.0.0.1:9/e/ep-1"
+    assert recipe.command[recipe.command.index("-m") + 1] == "{{ model }}" and recipe.stdin == "{{ prompt_file }}"
+
+
+def test_gemini_cli_outcome_reads_its_stream_json_result(tmp_path: Path) -> None:
+    """stream-json lines as Gemini CLI 0.61.0 printed them: success, the turn limit (exit 53), an API error."""
+    recipe, ctx = _ctx("gemini-cli", tmp_path)
+    ok = '{"type":"init","model":"policy"}\n{"type":"result","status":"success","stats":{"total_tokens":9}}\n'
+    assert judge(recipe, ctx, read_records(recipe.outcome, ok)) == (None, False)
+    limit = {"type": "result", "status": "error", "error": {"type": "FatalTurnLimitedError", "message": "max turns"}}
+    assert judge(recipe, ctx, [limit]) == (None, True)
+    error = {"type": "result", "status": "error", "error": {"type": "Error", "message": "[API Error: 400 bad]"}}
+    assert judge(recipe, ctx, [error]) == ("gemini-cli reported an error (Error): [API Error: 400 bad]", False)
+    assert judge(recipe, ctx, [{"type": "init"}])[0] == "gemini-cli printed no successful result"
 
 
 def test_qwen_code_api_error_reported_as_success_is_a_harness_error(tmp_path: Path) -> None:

@@ -76,6 +76,7 @@ def show_episode(src: RunSource, episode_id: str) -> dict[str, Any]:
     calls = src.store.call_summaries(episode_id)
     out = shapes.episode_json(summary, src.run_name(summary.episode.run_id))
     out["calls"] = [shapes.call_json(c) for c in calls]
+    _mark_helpers(src, summary.episode.run_id, out["calls"], out)
     rows = stored_episode_rows(src.store, episode_id, summary.episode.run_id, summary.round_index)
     out["training"] = episode_training(src.store, summary, rows, calls)
     out["rows"] = rows.to_json()
@@ -105,7 +106,22 @@ def episode_patch(ident: str, run: str | None, runs_dir: Path) -> bytes:
 def show_call(src: RunSource, call_id: str, raw: bool) -> dict[str, Any]:
     summary = src.store.call_summaries_by_id([call_id])[0]
     call = src.store.get_call(call_id)
-    return shapes.call_detail_json(summary, call, raw=raw)
+    out = shapes.call_detail_json(summary, call, raw=raw)
+    episode = src.store.get_episode(summary.episode_id)
+    _mark_helpers(src, episode.run_id if episode else None, [out], out)
+    return out
+
+
+def _mark_helpers(src: RunSource, run_id: str | None, calls: list[dict[str, Any]], out: dict[str, Any]) -> None:
+    """`helper: true` on each call that asked for another model name than the run's harness (train/helper_calls.py),
+    and `harness_model` on `out` (None when the run did not record it: then no call is a helper)."""
+    from agentlightning_cli.train.helper_calls import harness_model
+
+    run = src.store.get_run(run_id) if run_id is not None else None
+    model = harness_model(run.config if run else None)
+    out["harness_model"] = model
+    for call in calls:
+        call["helper"] = model is not None and call["client_model"] is not None and call["client_model"] != model
 
 
 def show(ident: str, run: str | None, runs_dir: Path, as_json: bool, raw: bool, full: bool) -> str | dict[str, Any]:

@@ -154,7 +154,7 @@ def run(settings: Settings, opts: RunOptions) -> RoundSummary:
             removed = remove_under(runtime_path(settings.container.runtime), run_dir)
             if removed:
                 print(f"alight run: removed {removed} container(s) a stopped earlier run left behind", file=sys.stderr)
-        store, run_row = _open(settings, name, run_dir, opts, recipe.name, model)
+        store, run_row = _open(settings, name, run_dir, opts, recipe.name, model, recipe.model)
         try:
             summary = _run_rounds(settings, opts, store, run_row, run_dir, tasks, recipe, installed, model, probe)
         finally:
@@ -184,13 +184,16 @@ def _held_out(settings: Settings, opts: RunOptions, tasks: list[Task]) -> Any:
 
 
 def _open(settings: Settings, name: str, run_dir: Path, opts: RunOptions, recipe_name: str,
-          model: Path | None = None) -> tuple[Store, Run]:
+          model: Path | None = None, harness_model: str | None = None) -> tuple[Store, Run]:
     from agentlightning_cli.run_snapshot import snapshot_settings
     from agentlightning_cli.store import Store
 
     store = Store.open(run_dir)
-    snapshot = {"command": "run", "harness": recipe_name, "task_set": str(Path(opts.task_set).absolute()),
-                "options": opts.snapshot(), "settings": snapshot_settings(settings, model)}
+    # harness_model: the model name the harness's own calls ask for; a call asking for another is a helper call
+    # (train/helper_calls.py).
+    snapshot = {"command": "run", "harness": recipe_name, "harness_model": harness_model,
+                "task_set": str(Path(opts.task_set).absolute()), "options": opts.snapshot(),
+                "settings": snapshot_settings(settings, model)}
     row = store.get_run(name)
     if row is None:
         return store, store.create_run(name, snapshot)

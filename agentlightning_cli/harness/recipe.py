@@ -24,7 +24,7 @@ from agentlightning_cli.yaml_files import read_yaml
 
 log = logging.getLogger("alight.recipe")
 
-Protocol = Literal["openai-chat", "anthropic-messages", "openai-responses"]
+Protocol = Literal["openai-chat", "anthropic-messages", "openai-responses", "gemini-generate-content"]
 
 
 class _Strict(BaseModel):

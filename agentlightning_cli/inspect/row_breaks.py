@@ -1,10 +1,10 @@
 """An episode's training rows as the trainer builds them, with where and why each row's token prefix broke.
 
 Built by the trainer's own function (train/rows.build_rows) from the stored token ids: error calls, calls without
-ids or logprobs, greedy (temperature 0), penalised or constrained calls and all but the last of a retried prompt
-train nothing; a call joins the row when its prompt continues the previous call's prompt + reply (strict) or its
-prompt (splice, when the round trained that way); one row trains under one sampling setting and within the row
-limit. Nothing is re-tokenised.
+ids or logprobs, the harness's helper calls, greedy (temperature 0), penalised or constrained calls and all but
+the last of a retried prompt train nothing; a call joins the row when its prompt continues the previous call's
+prompt + reply (strict) or its prompt (splice, when the round trained that way); one row trains under one sampling
+setting and within the row limit. Nothing is re-tokenised.
 
 For each break it says where the ids diverge (which token; in the earlier history, in the previous reply, or the
 prompt stops short), the ids on both sides and the reply token's text when vLLM's answer was stored (tokens.py), and
@@ -22,6 +22,7 @@ from agentlightning_cli.inspect.rows import Row, Rows
 from agentlightning_cli.inspect.tokens import completion_token_texts, end_of_turn_ids, run_tokenizer_file
 from agentlightning_cli.store import Call, Store
 from agentlightning_cli.train.rows import BREAK_REASONS, RowContext, build_rows, call_sampling, call_temperature, is_greedy
+from agentlightning_cli.train.helper_calls import harness_model, is_helper
 from agentlightning_cli.train.rows import Row as TrainRow
 from agentlightning_cli.train.sampling import call_constraints, is_penalised
 
@@ -41,10 +42,13 @@ def first_difference(a: list[int], b: list[int]) -> int:
     return i
 
 
-def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call]) -> str:
+def _dropped_reason(call: Call, kept_ids: set[str], calls: list[Call], harness_model: str | None = None) -> str:
     """Why usable_calls left `call` out (same checks, same order)."""
     if call.status != "ok":
         return f"status {call.status}: error calls train nothing"
+    if is_helper(call, harness_model):
+        return (f"helper call: it asked for model {call.client_model!r}, not the harness's {harness_model!r};"
+                " not trained (train.helper_calls: skip)")
     if not call.prompt_token_ids or not call.completion_token_ids:
         return "no token ids recorded"
     if call.completion_logprobs is None or len(call.completion_logprobs) != len(call.completion_token_ids):
@@ -94,19 +98,22 @@ def _explain(prev: Call, call: Call, texts: list[str] | None) -> dict[str, Any]:
 
 
 def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[str, str] | None = None,
-                 max_tokens: int | None = None, eot_ids: frozenset[int] = frozenset()) -> Rows:
+                 max_tokens: int | None = None, eot_ids: frozenset[int] = frozenset(),
+                 harness_model: str | None = None) -> Rows:
     """`calls` in seq order (store.get_calls); `trainer_breaks` maps call id -> the trainer's break label;
     `max_tokens`: the run's row limit (train.max_row_tokens, else serve.max_model_len), None when unknown;
-    `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids).
+    `eot_ids`: the model's end-of-turn ids, which the splice rule cuts after (tokens.end_of_turn_ids);
+    `harness_model`: calls asking for another model name are helper calls, left out (train/helper_calls.py).
     The rows are the trainer's own (train/rows.build_rows); this adds where and why each one started."""
     trainer_breaks = trainer_breaks or {}
-    report = build_rows("", calls, RowContext(eot_ids=eot_ids, max_tokens=max_tokens), merge)
+    report = build_rows("", calls, RowContext(eot_ids=eot_ids, max_tokens=max_tokens, harness_model=harness_model),
+                        merge)
     built = report.built
     by_id = {c.id: c for c in calls}
     kept_ids = {cid for row in built for cid in row.call_ids}
     kept = [c for c in calls if c.id in kept_ids]
     previous = {later.id: earlier for earlier, later in zip(kept, kept[1:])}
-    skipped = {c.seq: _dropped_reason(c, kept_ids, calls) for c in calls if c.id not in kept_ids}
+    skipped = {c.seq: _dropped_reason(c, kept_ids, calls, harness_model) for c in calls if c.id not in kept_ids}
     rows: list[Row] = []
     details: dict[int, dict[str, Any]] = {}
     texts: dict[int, list[str] | None] = {}
@@ -176,9 +183,19 @@ def stored_episode_rows(store: Store, episode_id: str, run_id: str | None, round
         if not eot:
             note = ("this round trained with the splice rule, which needs the model's end-of-turn ids; its tokenizer"
                     " is not on this machine, so rows here join by the strict rule only")
-    rows = episode_rows(store.get_calls(episode_id), merge, breaks, row_limit(run.config if run else None), eot)
+    rows = episode_rows(store.get_calls(episode_id), merge, breaks, row_limit(run.config if run else None), eot,
+                        skipped_helpers(run.config if run else None))
     rows.note = note
     return rows
+
+
+def skipped_helpers(run_config: dict[str, Any] | None) -> str | None:
+    """The harness's model name when the run leaves its helper calls out of training (train.helper_calls: skip,
+    the default), else None (no call is dropped as a helper)."""
+    settings = (run_config or {}).get("settings") or {}
+    if (settings.get("train") or {}).get("helper_calls", "skip") == "train":
+        return None
+    return harness_model(run_config)
 
 
 def row_limit(run_config: dict[str, Any] | None) -> int | None:

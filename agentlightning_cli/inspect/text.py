@@ -92,6 +92,10 @@ def episode_text(ep: dict[str, Any]) -> str:
         lines.append(f"patch: {patch['error']}" if patch["text"] is None else
                      f"patch: {patch['files']} file(s), {patch['bytes']:,} bytes (`alight inspect show {ep['id']} --patch`)"
                      if patch["bytes"] else "patch: no change")
+    helpers = [str(c["seq"]) for c in ep["calls"] if c.get("helper")]
+    if helpers:
+        lines.append(f"helper calls (another model name than the harness's {ep['harness_model']!r}; not trained"
+                     f" unless train.helper_calls: train): seq {', '.join(helpers)}")
     out = "\n".join(lines) + "\n\n" + calls_table(ep["calls"])
     if ep.get("training"):
         from agentlightning_cli.inspect.training import training_lines
@@ -163,6 +167,9 @@ def call_text(call: dict[str, Any], full: bool = False) -> str:
              f"tokens {cell(c['prompt_tokens'])} prompt + {cell(c['completion_tokens'])} sampled  ttfb"
              f" {cell(c['ttfb_s'])} s  duration {cell(c['duration_s'])} s",
              f"tools offered: {', '.join(c['tools']) or '-'}"]
+    if c.get("helper"):
+        lines.append(f"helper call: asked for {c['client_model']!r}, not the harness's {c['harness_model']!r}"
+                     " (not trained unless train.helper_calls: train)")
     if c["dropped"]:
         lines.append(f"dropped by translation: {json.dumps(c['dropped'])}")
     if c["sampling"]:

@@ -42,6 +42,9 @@ SHELL_TOOLS: dict[str, ShellTool] = {
     ),
     "opencode": ShellTool("bash", "command", {"description": "Write the output file"}),
     "qwen-code": ShellTool("run_shell_command", "command", {"description": "Write the output file", "is_background": False}),
+    # Qwen Code's ancestor: the same tool, reached through the Gemini API (the proxy translates it to chat).
+    "gemini-cli": ShellTool("run_shell_command", "command",
+                            {"description": "Write the output file", "is_background": False}),
     # testing/script_agent.py, the small agent an external recipe runs (finishes on a plain answer).
     "script-agent": ShellTool("shell", "command"),
 }
@@ -73,6 +76,28 @@ def detect(body: dict) -> str | None:
     return None
 
 
+def _response_schema(body: dict) -> dict | None:
+    """The JSON schema a request's reply must follow (chat `response_format`), None for a free reply."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_schema", "json_object"):
+        return None
+    schema = (fmt.get("json_schema") or {}).get("schema")
+    return schema if isinstance(schema, dict) else {}
+
+
+def schema_answer(schema: dict) -> Any:
+    """The simplest value a JSON schema accepts: every required property filled, an enum's first value (Gemini CLI's
+    next-speaker check then reads `next_speaker: "user"` and ends the turn)."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {name: schema_answer(props.get(name) or {}) for name in schema.get("required") or props}
+    return {"string": "scripted", "integer": 0, "number": 0, "boolean": False, "array": []}.get(kind)
+
+
 def shell_call(harness: str, command: str) -> dict[str, Any]:
     tool = SHELL_TOOLS[harness]
     args = {tool.arg: command, **tool.extra}
@@ -88,6 +113,9 @@ def tool_then_finish(harness: str | None = None, command: str = WRITE_COMMAND) -
         raise KeyError(f"no script for harness {harness!r}; known: {', '.join(SHELL_TOOLS)}")
 
     def reply(body: dict) -> dict[str, Any]:
+        schema = _response_schema(body)
+        if schema is not None:  # a helper call that wants JSON (Gemini CLI's next-speaker check): a valid object
+            return {"content": json.dumps(schema_answer(schema))}
         name = harness or detect(body)
         if name is None or SHELL_TOOLS[name].name not in _advertised(body):
             # Side requests without the shell tool (titles, summaries): a short text answer.

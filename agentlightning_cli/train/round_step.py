@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.train import advantages as adv
+from agentlightning_cli.train.helper_calls import harness_model
 from agentlightning_cli.train.reward_control import ControlReport, control_rewards
 from agentlightning_cli.train.rows import END_OF_TURN_TOKENS, RowContext, RowReport, build_rows
 
@@ -27,7 +28,9 @@ _LEFT_OUT = {"greedy_calls": "sampled at temperature 0, the argmax is not a samp
                                 " token's earlier count, which the trainer does not reproduce",
              "constrained_calls": "sampled under a constraint (tool_choice required or named, structured outputs,"
                                   " logit bias, min_tokens, ...), which vLLM applies before its logprobs and the"
-                                  " trainer does not reproduce"}
+                                  " trainer does not reproduce",
+             "helper_calls": "helper calls of the harness (another model name than its own; train.helper_calls:"
+                             " train trains them)"}
 
 
 class NothingToTrain(AlightError):
@@ -79,6 +82,12 @@ def row_context(tokenizer: Any, max_tokens: int | None) -> RowContext:
     return RowContext(decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                       special_tokens=specials, eot_ids=frozenset(i for i in eot if i is not None),
                       max_tokens=max_tokens)
+
+
+def helper_rule(ctx: RowContext, run_config: dict[str, Any] | None, train: Any) -> None:
+    """Helper calls (another model name than the harness's own, recorded in the run's snapshot:
+    train/helper_calls.py) stay out of the rows unless train.helper_calls is `train`."""
+    ctx.harness_model, ctx.train_helpers = harness_model(run_config), train.helper_calls == "train"
 
 
 def collect_rows(store: Any, episode_ids: list[str], ctx: RowContext, merge: str,
@@ -150,6 +159,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), local_files_only=True)
     ctx = row_context(tokenizer, row_limit or t.max_row_tokens or settings.serve.max_model_len)
     source, ctx.sampling_defaults = _generation_defaults(run.config, settings, base_model)
+    helper_rule(ctx, run.config, t)
     if ctx.sampling_defaults:
         log(f"serve.generation_config was {source!r} for this run: vLLM applied the model's generation_config.json"
             f" to keys a call did not send ({_settings(ctx.sampling_defaults)}), so its rows are scored with them")
@@ -299,6 +309,9 @@ def _no_rows_hint(dropped: Counter) -> str:
         return ("calls sampled with a presence, frequency or repetition penalty are never trained (vLLM's logprobs"
                 " then depend on each token's earlier count, which the trainer does not reproduce): send none, and"
                 " keep serve.generation_config at vllm if the model's generation_config.json sets one")
+    if dropped["helper_calls"] and not dropped["constrained_calls"] and not dropped["over_long_rows"]:
+        return ("the harness's helper calls (another model name than its recipe's `model`) are not trained by"
+                " default: set train.helper_calls: train to train them")
     if dropped["constrained_calls"]:
         return ("calls sampled under a constraint (a forced tool call: proxy.sampling.tool_choice required or the"
                 " harness's own tool_choice; response_format or structured outputs; logit_bias; min_tokens; allowed"

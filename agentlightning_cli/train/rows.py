@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentlightning_cli.train.conversations import ConversationCounts, count_calls, exact_decision
+from agentlightning_cli.train.helper_calls import is_helper
 from agentlightning_cli.train.sampling import call_constraints, effective_sampling, filters_of, is_penalised
 
 BREAK_REASONS = ("template", "retokenised", "edited", "other")
@@ -61,6 +62,10 @@ class RowContext:
     # What vLLM applied to keys a call did not send: generation_config.json under --generation-config auto or a
     # folder (sampling.generation_defaults); {} under "vllm", alight's default.
     sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    # The model name the harness's own calls ask for (the run's snapshot, train/helper_calls.py): a call asking for
+    # another is a helper call, left out unless train_helpers. None: no call is a helper.
+    harness_model: str | None = None
+    train_helpers: bool = False
 
 
 @dataclass
@@ -125,7 +130,8 @@ class RowReport:
         self.break_log += other.break_log
 
 
-def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any] | None = None) -> list[Any]:
+def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any] | None = None,
+                 harness_model: str | None = None) -> list[Any]:
     """The calls that can become rows, in order: error calls and calls without ids are dropped (and counted);
     of consecutive calls with the same prompt ids (a client retry) only the last is kept, since that is the
     one the harness continued from. Calls sampled at temperature 0 (greedy) are never trained (`greedy_calls`):
@@ -136,11 +142,16 @@ def usable_calls(calls: Sequence[Any], dropped: Counter, defaults: dict[str, Any
     does not reproduce. Nor calls sampled under a constraint (`constrained_calls`: tool_choice required or named,
     structured outputs, logit bias, min_tokens, ...; sampling.call_constraints): vLLM masked or forced tokens
     before the logprobs it reported, and the trainer would score them as free samples.
-    `defaults`: the generation_config.json values vLLM used for unsent keys."""
+    `defaults`: the generation_config.json values vLLM used for unsent keys. `harness_model`: calls asking for
+    another model name are the harness's helper calls (next-speaker checks, loop detection, compression, ...;
+    train/helper_calls.py), dropped as `helper_calls` before any other check of a served call; None keeps them."""
     kept: list[Any] = []
     for call in calls:
         if call.status != "ok":
             dropped["error_calls"] += 1
+            continue
+        if is_helper(call, harness_model):
+            dropped["helper_calls"] += 1
             continue
         if not call.prompt_token_ids or not call.completion_token_ids:
             dropped["no_token_ids"] += 1
@@ -195,7 +206,8 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     prev = None
     defaults = ctx.sampling_defaults
     by_chain: dict[str, tuple[Row, Any]] = {}  # exact continuation: chain id -> (its row, its last call)
-    for call in usable_calls(calls, report.dropped, defaults):
+    helpers_of = None if ctx.train_helpers else ctx.harness_model
+    for call in usable_calls(calls, report.dropped, defaults, helpers_of):
         prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
         joined, split = None, None
         cont = exact_decision(call)
