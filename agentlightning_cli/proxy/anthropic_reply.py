@@ -9,8 +9,7 @@ the request enabled thinking without `display: "omitted"`.
 
 from __future__ import annotations
 
-import json
-
+from .chat_messages import arguments_object
 from .chunk_stream import ChunkStream
 from .sse import encode
 
@@ -32,7 +31,7 @@ def response_from_chat(chat: dict, *, client_model: str | None, request: dict) -
     for i, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{msg_id[4:]}_{i}",
-                        "name": function.get("name") or "", "input": parse_input(function.get("arguments"))})
+                        "name": function.get("name") or "", "input": arguments_object(function.get("arguments"))})
     stop_reason, stop_sequence = stop_fields(choice.get("finish_reason"), choice.get("stop_reason"),
                                              bool(message.get("tool_calls")))
     usage = chat.get("usage") or {}
@@ -50,18 +49,6 @@ def shows_thinking(request: dict) -> bool:
     thinking = request.get("thinking")
     return (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
             and thinking.get("display") != "omitted")
-
-
-def parse_input(arguments) -> dict:
-    if isinstance(arguments, dict):
-        return arguments
-    if not arguments:
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"_raw": arguments}
-    return value if isinstance(value, dict) else {"_raw": arguments}
 
 
 def stop_fields(finish_reason: str | None, vllm_stop_reason, has_tool_calls: bool) -> tuple[str, str | None]:
@@ -187,7 +174,8 @@ class StreamTranslator(ChunkStream):
             elif kind == _THINKING:
                 content.append({"type": "thinking", "thinking": "".join(parts), "signature": ""})
             else:
-                content.append({"type": "tool_use", "id": call_id, "name": name, "input": parse_input("".join(parts))})
+                content.append({"type": "tool_use", "id": call_id, "name": name,
+                                "input": arguments_object("".join(parts))})
         input_tokens, output_tokens = self._token_counts()
         return _message(self._msg_id or message_id(None), self.client_model, content, stop_reason, stop_sequence,
                         input_tokens, output_tokens)

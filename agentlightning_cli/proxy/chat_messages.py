@@ -1,4 +1,4 @@
-"""Builds a chat-completions `messages` list from another protocol's conversation (shared by both translators).
+"""Builds a chat-completions `messages` list from another protocol's conversation (shared by the translators).
 
 Placement of system text is the one decision every chat template cares about:
 
@@ -18,6 +18,7 @@ Placement of system text is the one decision every chat template cares about:
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from .errors import TranslationError
@@ -151,3 +152,18 @@ def apply_tool_choice(chat: dict, mapped: Any, kind: str) -> bool:
     if mapped in ("auto", "none"):
         return False
     raise TranslationError(f"`tool_choice` forces a tool call but no {kind} tools were given", "tool_choice")
+
+
+def arguments_object(arguments: Any) -> dict:
+    """A chat tool call's `arguments` (a JSON string, as vLLM returns them) as the object Anthropic's `input` and
+    Gemini's `args` must be: an object passes, empty is {}, and text that is not a JSON object (a model's broken
+    call) is kept whole under `_raw` rather than dropped."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not arguments:
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_raw": arguments}

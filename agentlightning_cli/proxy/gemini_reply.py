@@ -18,9 +18,9 @@ when the next call starts, or at the end.
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
+from .chat_messages import arguments_object
 from .chunk_stream import ChunkStream
 from .jsonio import dumps
 
@@ -49,23 +49,11 @@ def shows_thoughts(request: dict) -> bool:
     return isinstance(thinking, dict) and thinking.get("includeThoughts") is True
 
 
-def parse_args(arguments) -> dict:
-    if isinstance(arguments, dict):
-        return arguments
-    if not arguments:
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"_raw": arguments}
-    return value if isinstance(value, dict) else {"_raw": arguments}
-
-
 def function_call_part(call: dict, position: int, number: int) -> dict:
     """vLLM's call as a Gemini part, under its positional id (vLLM's own id is random: see `positional_ids`)."""
     function = call.get("function") or {}
     return {"functionCall": {"id": call_id(position, number), "name": function.get("name") or "",
-                             "args": parse_args(function.get("arguments"))}}
+                             "args": arguments_object(function.get("arguments"))}}
 
 
 def positional_ids(request: dict) -> Callable[[dict], None]:
