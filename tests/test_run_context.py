@@ -68,4 +68,7 @@ def test_serve_warns_for_harnesses_a_short_model_cannot_hold(tmp_path):
     settings = Settings()
     warnings = size_for_serve(settings, _model(tmp_path, 40000))
     assert settings.serve.max_model_len == 40000
-    assert len(warnings) == 1 and warnings[0].startswith("claude-code needs a context of")
+    # One warning per shipped recipe that needs more than 40k (Claude Code's 96k, Qwen Code's 64k), naming it.
+    over = sorted(p.stem for p in available().values() if (load_path(p).context_tokens or 0) > 40000)
+    assert "claude-code" in over and "qwen-code" in over
+    assert sorted(w.split(" needs a context of")[0] for w in warnings) == over, warnings
