@@ -8,9 +8,9 @@ not the agent's action and its reward says nothing about it, so the trainer leav
 
 The label is computed where it is used (trainer, inspect), from two recorded facts: the name the client asked
 for (the call's `client_model`: for Gemini the model in the URL path) and the name the harness's own calls use
-(`harness_model` in the run's snapshot, the recipe's `model`). Nothing is stored per call, so runs recorded before
-the label existed are labelled too; a run with no recorded harness model (ad-hoc `alight serve`/`alight proxy`
-traffic) has no helper calls.
+(`harness_model` in the run's snapshot, the recipe's `model`). Nothing is stored per call: the rule can change
+without a migration. A run with no recorded harness model (ad-hoc `alight serve`/`alight proxy` traffic, runs
+recorded before `harness_model` was) has no helper calls.
 """
 
 from __future__ import annotations
