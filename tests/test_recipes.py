@@ -202,7 +202,7 @@ def test_rendered_vibe_config_points_at_the_proxy_and_labels_its_utility_calls(t
     assert config["experiments"] == {"enable": False} and {"web_fetch", "web_search"} <= set(config["disabled_tools"])
     argv = [recipe.render(part, ctx) for part in recipe.command]
     assert argv[argv.index("--max-turns") + 1] == str(recipe.max_turns)
-    assert "--auto-approve" in argv and "--trust" in argv
+    assert "--auto-approve" in argv and "--trust" not in argv  # its repository's .vibe/ stays unread
     assert argv[argv.index("--output-dir") + 1] == f"{ctx['episode_dir']}/vibe-report"
     # The outcome is read from the export it writes there, not from its exit code.
     assert recipe.render(recipe.outcome.source, ctx) == f"{ctx['episode_dir']}/vibe-report/export.json"
