@@ -115,3 +115,23 @@ async def test_turn_limit_is_reported_as_finished_at_the_limit(name: str, tmp_pa
         outcome = await env.run(recipe, inst, spec)
     assert outcome.status == "finished" and outcome.turn_limit_reached, outcome
     assert outcome.calls == 3
+
+
+async def test_kilo_code_step_limit_lands_on_its_code_agent(tmp_path: Path) -> None:
+    """Kilo's primary agent is `code` (OpenCode's `build`; Kilo takes that name for it too): its `steps` is the
+    recipe's turn limit (without it no limit message comes). Soft, as in OpenCode: from the limit on it asks for a
+    text-only answer but still offers its tools, so a model that keeps calling them is stopped by the call budget."""
+    from agentlightning_cli.config import Budgets, ProxySettings
+    from agentlightning_cli.scripted.harness_scripts import endless
+
+    recipe, inst = installed("kilo-code")
+    settings = ProxySettings(budgets=Budgets(max_calls=3))
+    async with SmokeEnvironment(tmp_path / "run", endless("kilo-code"), proxy_settings=settings) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=120, max_turns=2)
+        outcome = await env.run(recipe, inst, spec)
+        calls = env.store.get_calls(spec.episode_id)
+    assert outcome.status == "budget_exceeded", outcome
+    last_user = [json.dumps(json.loads(c.client_request)["messages"][-1]) for c in calls]
+    assert "MAXIMUM STEPS REACHED" not in last_user[0]
+    assert all("MAXIMUM STEPS REACHED" in text for text in last_user[1:]), last_user
+    assert all(json.loads(c.client_request).get("tools") for c in calls)  # soft: the tools are still offered

@@ -164,7 +164,8 @@ def test_rendered_kilo_config_names_only_the_proxy_and_keeps_it_off_kilos_servic
     assert recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1" and "k-1" not in json.dumps(config)
     assert config["model"] == config["small_model"] == f"alight/{ctx['model']}"
     assert list(provider["models"]) == [ctx["model"]]
-    # Kilo's primary agent is `code` (OpenCode's `build`): the turn limit must land on it.
+    # Kilo's primary agent is `code` (OpenCode's `build`): the turn limit is its steps (test_harness_real checks
+    # that Kilo applies it).
     assert config["agent"] == {"code": {"steps": recipe.max_turns}}
     assert config["autoupdate"] is False and config["share"] == "disabled" and config["lsp"] is False
     for flag in ("MODELS_FETCH", "AUTOUPDATE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "PROJECT_CONFIG", "SHARE",
