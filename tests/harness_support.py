@@ -8,7 +8,8 @@ from pathlib import Path
 from agentlightning_cli.harness import recipe as recipes
 from agentlightning_cli.harness.install import Installed, install
 
-HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code", "aider", "gemini-cli"]
+HARNESSES = ["mini-swe-agent", "openhands", "claude-code", "codex", "opencode", "qwen-code", "aider", "gemini-cli",
+             "kilo-code", "mistral-vibe"]
 
 
 def scripted(recipe: recipes.Recipe):

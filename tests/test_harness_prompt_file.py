@@ -3,7 +3,8 @@
 An execve argument longer than MAX_ARG_STRLEN (32 pages = 128 KiB) fails with E2BIG, so a recipe that put
 the prompt on the command line could not run a long SWE-bench-style task at all. Claude Code and Codex read
 it from the prompt file on stdin, mini-SWE-agent from its per-episode config file, OpenHands (which has no
-stdin mode) from `-f FILE` when the prompt is too long for `-t`.
+stdin mode) from `-f FILE` when the prompt is too long for `-t`, Kilo Code from stdin and Mistral Vibe from
+`--prompt-file`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ PROMPT = (f"Create {OUT_FILE} containing: {OUT_TEXT}. " + FILLER * (MAX_ARG_STRL
           + "END-OF-LONG-PROMPT-7f3a")
 
 
-@pytest.mark.parametrize("name", ["codex", "claude-code", "mini-swe-agent", "openhands", "aider"])
+@pytest.mark.parametrize("name", ["codex", "claude-code", "mini-swe-agent", "openhands", "aider", "kilo-code",
+                                  "mistral-vibe"])
 async def test_prompt_over_the_argument_limit_reaches_the_model_whole(name: str, tmp_path: Path) -> None:
     assert len(PROMPT.encode()) > MAX_ARG_STRLEN + 20_000
     recipe, inst = installed(name)

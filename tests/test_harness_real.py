@@ -59,6 +59,12 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
     # The last call carries the tool's result in the protocol's own form (the first does not): the harness really
     # ran the command and reported back.
     if recipe.tool_calls:
+        # `alight harness check` does not name the harness: it tells it from the tools the request offers (as chat
+        # completions, after the proxy's translation) and must pick the same shell tool the script used here.
+        from agentlightning_cli.scripted.harness_scripts import SHELL_TOOLS, detect
+
+        guessed = detect(json.loads(calls[0].upstream_request))
+        assert guessed and SHELL_TOOLS[guessed] == SHELL_TOOLS[name], (name, guessed)
         marker = TOOL_RESULT[recipe.protocol]
         assert marker not in _roles_and_types(json.loads(calls[0].client_request))
         assert marker in _roles_and_types(json.loads(calls[-1].client_request)), calls[-1].client_request[:2000]
@@ -75,7 +81,8 @@ async def test_harness_runs_one_tool_call_then_finishes(name: str, tmp_path: Pat
     assert outcome.first_call_s is not None and 0 <= outcome.first_call_s <= outcome.wall_s
 
 
-@pytest.mark.parametrize("name", ["openhands", "claude-code", "opencode", "qwen-code", "gemini-cli"])
+@pytest.mark.parametrize("name", ["openhands", "claude-code", "opencode", "qwen-code", "gemini-cli", "kilo-code",
+                                  "mistral-vibe"])
 async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: str, tmp_path: Path) -> None:
     recipe, inst = installed(name)
     bad = lambda body: {"error": {"status": 400, "message": "scripted bad request"}}  # noqa: E731
@@ -91,11 +98,14 @@ async def test_upstream_error_is_a_harness_error_even_with_exit_code_zero(name: 
     elif name == "qwen-code":
         assert outcome.exit_code == 0  # the trap: a `success` result whose text is "[API Error: ...]"
         assert outcome.reason == "qwen-code: [API Error: 400 scripted bad request]"
+    elif name == "mistral-vibe":  # read from its export.json: outcome infrastructure_failure (exit code 2)
+        assert outcome.reason.startswith("mistral-vibe: infrastructure failure") and "400" in outcome.reason, outcome
+        assert outcome.exit_code == 2
     else:
         assert "400" in outcome.reason
 
 
-@pytest.mark.parametrize("name", ["claude-code", "gemini-cli"])
+@pytest.mark.parametrize("name", ["claude-code", "gemini-cli", "mistral-vibe"])
 async def test_turn_limit_is_reported_as_finished_at_the_limit(name: str, tmp_path: Path) -> None:
     from agentlightning_cli.scripted.harness_scripts import endless
 
@@ -105,3 +115,23 @@ async def test_turn_limit_is_reported_as_finished_at_the_limit(name: str, tmp_pa
         outcome = await env.run(recipe, inst, spec)
     assert outcome.status == "finished" and outcome.turn_limit_reached, outcome
     assert outcome.calls == 3
+
+
+async def test_kilo_code_step_limit_lands_on_its_code_agent(tmp_path: Path) -> None:
+    """Kilo's primary agent is `code` (OpenCode's `build`; Kilo takes that name for it too): its `steps` is the
+    recipe's turn limit (without it no limit message comes). Soft, as in OpenCode: from the limit on it asks for a
+    text-only answer but still offers its tools, so a model that keeps calling them is stopped by the call budget."""
+    from agentlightning_cli.config import Budgets, ProxySettings
+    from agentlightning_cli.scripted.harness_scripts import endless
+
+    recipe, inst = installed("kilo-code")
+    settings = ProxySettings(budgets=Budgets(max_calls=3))
+    async with SmokeEnvironment(tmp_path / "run", endless("kilo-code"), proxy_settings=settings) as env:
+        spec = env.new_episode(recipe, tmp_path / "ws", PROMPT, timeout_s=120, max_turns=2)
+        outcome = await env.run(recipe, inst, spec)
+        calls = env.store.get_calls(spec.episode_id)
+    assert outcome.status == "budget_exceeded", outcome
+    last_user = [json.dumps(json.loads(c.client_request)["messages"][-1]) for c in calls]
+    assert "MAXIMUM STEPS REACHED" not in last_user[0]
+    assert all("MAXIMUM STEPS REACHED" in text for text in last_user[1:]), last_user
+    assert all(json.loads(c.client_request).get("tools") for c in calls)  # soft: the tools are still offered

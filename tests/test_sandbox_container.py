@@ -320,11 +320,12 @@ def test_a_swebench_row_without_grading_columns_is_refused_before_the_round(tmp_
     assert "`eval_script`, `log_parser` and `eval_type`" in proc.stderr and "--sandbox bwrap" in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["opencode", "qwen-code"])
+@pytest.mark.parametrize("name", ["opencode", "qwen-code", "kilo-code", "mistral-vibe"])
 def test_npm_harnesses_run_inside_the_image_through_the_proxy(name: str, tmp_path: Path) -> None:
-    """OpenCode (a self-contained binary) and Qwen Code (on the host's Node, mounted like Codex's) work in the
-    task's image under `--sandbox container` (podman), talking only to the proxy: the scripted shell step runs in
-    the image, the reward sees its edit."""
+    """OpenCode and Kilo Code (self-contained binaries), Qwen Code (on the host's Node, mounted like Codex's) and
+    Mistral Vibe (a PyPI venv on the host's Python, like Aider's) work in the task's image under `--sandbox
+    container` (podman), talking only to the proxy: the scripted shell step runs in the image, the reward sees its
+    edit."""
     from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
     installed(name)

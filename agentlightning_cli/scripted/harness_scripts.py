@@ -41,10 +41,14 @@ SHELL_TOOLS: dict[str, ShellTool] = {
         finish={"tool_calls": [{"name": "bash", "arguments": {"command": MINI_SUBMIT}}]},
     ),
     "opencode": ShellTool("bash", "command", {"description": "Write the output file"}),
+    # OpenCode's fork: the same tool (detect() cannot tell them apart, nor needs to).
+    "kilo-code": ShellTool("bash", "command", {"description": "Write the output file"}),
     "qwen-code": ShellTool("run_shell_command", "command", {"description": "Write the output file", "is_background": False}),
     # Qwen Code's ancestor: the same tool, reached through the Gemini API (the proxy translates it to chat).
     "gemini-cli": ShellTool("run_shell_command", "command",
                             {"description": "Write the output file", "is_background": False}),
+    # Mistral Vibe's shell tool (another `bash`, beside its read_file/write_file/edit/grep/todo tools).
+    "mistral-vibe": ShellTool("bash", "command"),
     # testing/script_agent.py, the small agent an external recipe runs (finishes on a plain answer).
     "script-agent": ShellTool("shell", "command"),
 }
@@ -70,6 +74,8 @@ def detect(body: dict) -> str | None:
         return "openhands"
     if "bash" in names and "todowrite" in names:  # OpenCode's shell tool has mini-SWE-agent's name
         return "opencode"
+    if "bash" in names and "write_file" in names:  # Mistral Vibe: the same name again, its own file tools
+        return "mistral-vibe"
     for harness in ("claude-code", "codex", "qwen-code", "mini-swe-agent", "script-agent"):
         if SHELL_TOOLS[harness].name in names:
             return harness
