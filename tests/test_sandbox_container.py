@@ -320,15 +320,15 @@ def test_a_swebench_row_without_grading_columns_is_refused_before_the_round(tmp_
     assert "`eval_script`, `log_parser` and `eval_type`" in proc.stderr and "--sandbox bwrap" in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["opencode", "qwen-code", "kilo-code", "mistral-vibe"])
+@pytest.mark.parametrize("name", ["opencode", "qwen-code", "gemini-cli", "kilo-code", "mistral-vibe"])
 def test_npm_harnesses_run_inside_the_image_through_the_proxy(name: str, tmp_path: Path) -> None:
-    """OpenCode and Kilo Code (self-contained binaries), Qwen Code (on the host's Node, mounted like Codex's) and
-    Mistral Vibe (a PyPI venv on the host's Python, like Aider's) work in the task's image under `--sandbox
-    container` (podman), talking only to the proxy: the scripted shell step runs in the image, the reward sees its
-    edit."""
+    """OpenCode and Kilo Code (self-contained binaries), Qwen Code and Gemini CLI (on the host's Node, mounted like
+    Codex's; Gemini CLI over the Gemini API, translated) and Mistral Vibe (a PyPI venv on the host's Python, like
+    Aider's) work in the task's image under `--sandbox container` (podman), talking only to the proxy: the scripted
+    shell step runs in the image, the reward sees its edit."""
     from agentlightning_cli.scripted.harness_scripts import tool_then_finish
 
-    installed(name)
+    recipe, _ = installed(name)
     image = cs.image(cs.IMAGE)
     tasks = _calc_tasks(tmp_path, image)
     look = "cat /etc/alight-test-image > seen.txt"
@@ -351,7 +351,7 @@ def test_npm_harnesses_run_inside_the_image_through_the_proxy(name: str, tmp_pat
             assert ep.outcome == "finished", (ep.outcome, ep.error)
             assert (out / "workspaces" / ep.id / "seen.txt").read_text() == cs.MARK  # in the image
             assert ep.outcome_detail["sandbox"]["mode"] == "container"
-            assert [c.protocol for c in store.get_calls(ep.id)][:1] == ["openai-chat"]
+            assert [c.protocol for c in store.get_calls(ep.id)][:1] == [recipe.protocol]
     finally:
         store.close()
     assert _alight_containers(tmp_path, "podman") == []
