@@ -12,7 +12,6 @@ calls the proxy stored.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -23,13 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from agentlightning_cli.config import ProxySettings, SamplingOverrides, ServeSettings
+from agentlightning_cli.config import SamplingOverrides, ServeSettings
 from agentlightning_cli.inspect.continuation import continuation_json, continuation_lines
 from agentlightning_cli.inspect.tokens import end_of_turn_ids
 from agentlightning_cli.proxy.chat import plan_chat
 from agentlightning_cli.proxy.server import Proxy
 from agentlightning_cli.store import Store
 from agentlightning_cli.train.rows import RowContext, build_rows
+from tests import proxy_support
 from tests.harness_support import harness_home
 from tests.train_support import sampled_spans
 
@@ -109,23 +109,9 @@ class Client:
         return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "data": data}
 
 
-def in_proxy(server, model: Path, store_dir: Path, mode: str, script) -> list:
-    """Run `script(proxy)` (sync, in a thread) against an ad-hoc proxy in `mode`; return the store's calls."""
-    eot = end_of_turn_ids(model / "tokenizer.json")
-
-    async def main():
-        store = Store.open(store_dir)
-        proxy = Proxy(store, server.base_url, ProxySettings(continuation=mode), policy=POLICY, ad_hoc=True,
-                      eot_ids=eot)
-        await proxy.start(port=0)
-        try:
-            result = await asyncio.to_thread(script, proxy)
-            await proxy.drain()
-        finally:
-            await proxy.stop()
-        return store, result
-
-    return asyncio.run(main())
+def in_proxy(server, model: Path, store_dir: Path, mode: str, script) -> tuple:
+    """tests/proxy_support.in_proxy in front of this module's server, serving POLICY."""
+    return proxy_support.in_proxy(server.base_url, model, POLICY, store_dir, mode, script)
 
 
 def agent(client: Client, turns: int, seed: int) -> list[dict]:
@@ -395,8 +381,8 @@ def test_sub_agents_interleaved_and_a_fork_make_one_row_per_conversation_and_are
         episode = show_episode(src, "ep")
         call = show_call(src, f.id, raw=True)
     assert episode["rows"]["conversations"] == counts and len(episode["rows"]["rows"]) == 3
-    assert f"conversations exact: 2 conversations in 6 calls; forks edited 1; fallbacks none; breaks per 100" \
-           f" calls fork/edited 16.67" in text.episode_text(episode)
+    assert "conversations exact: 2 conversations in 6 calls; forks edited 1; fallbacks none; breaks per 100" \
+           " calls fork/edited 16.67" in text.episode_text(episode)
     cont = call["continuation"]
     assert (cont["mode"], cont["kind"], cont["reason"], cont["parent"]) == ("exact", "fork", "edited", chain_a)
     assert cont["shared_turns"] == f.continuation["shared_messages"] and cont["plain_len"] > 0

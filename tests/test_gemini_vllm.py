@@ -9,7 +9,6 @@ second call still continues the first.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.request
 from pathlib import Path
@@ -18,11 +17,9 @@ import pytest
 from google import genai
 from google.genai import types
 
-from agentlightning_cli.config import ProxySettings
 from agentlightning_cli.inspect.tokens import end_of_turn_ids
 from agentlightning_cli.proxy import gemini
-from agentlightning_cli.proxy.server import Proxy
-from agentlightning_cli.store import Store
+from tests import proxy_support
 
 pytestmark = [pytest.mark.vllm]
 
@@ -32,23 +29,8 @@ CONFIG = dict(system_instruction=SYSTEM, max_output_tokens=8, temperature=1.0, s
 
 
 def in_proxy(shared, store_dir: Path, mode: str, script):
-    """Run `script(proxy)` (sync, in a thread: the SDK's sync client) against an ad-hoc proxy in front of the shared
-    server; return (store, what script returned)."""
-    eot = end_of_turn_ids(shared.model / "tokenizer.json")
-
-    async def main():
-        store = Store.open(store_dir)
-        proxy = Proxy(store, shared.base_url, ProxySettings(continuation=mode), policy=shared.policy, ad_hoc=True,
-                      eot_ids=eot)
-        await proxy.start(port=0)
-        try:
-            result = await asyncio.to_thread(script, proxy)
-            await proxy.drain()
-        finally:
-            await proxy.stop()
-        return store, result
-
-    return asyncio.run(main())
+    """tests/proxy_support.in_proxy in front of the shared server (the SDK's sync client runs in its thread)."""
+    return proxy_support.in_proxy(shared.base_url, shared.model, shared.policy, store_dir, mode, script)
 
 
 def sdk(proxy, episode: str) -> genai.Client:

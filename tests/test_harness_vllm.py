@@ -159,18 +159,11 @@ def test_gemini_cli_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(s
 
 def test_kilo_code_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm, tmp_path: Path) -> None:
     """Kilo Code (OpenCode's fork) sends its own first request (~49 KB: its system prompt and tools, about 27k tokens
-    with the tiny tokenizer, inside the shared 32k context) through the proxy, streamed, and gets vLLM's token ids
+    with the tiny tokenizer) through the proxy, streamed, and gets vLLM's token ids
     back; the noise ends its turn (or, should it call a tool, the call budget stops it)."""
     summary, ep, calls = _alight_run("kilo-code", shared_tiny_vllm, tmp_path)
-    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
-    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
-    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
-    served = [c for c in calls if c.status != "budget_exceeded"]
-    assert served, calls
-    for call in served:
-        assert call.status == "ok" and call.http_status == 200 and call.protocol == "openai-chat", call.error
-        assert call.stream and call.client_model == "policy" and call.prompt_token_ids and call.completion_token_ids
-        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+    for call in _served_in_bubblewrap(summary, ep, calls):
+        assert call.protocol == "openai-chat" and call.client_model == "policy"
 
 
 def test_mistral_vibe_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm,
@@ -182,32 +175,24 @@ def test_mistral_vibe_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model
     from agentlightning_cli.train.helper_calls import is_helper
 
     summary, ep, calls = _alight_run("mistral-vibe", shared_tiny_vllm, tmp_path)
-    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
-    assert ep.outcome in ("finished", "budget_exceeded"), (ep.outcome, ep.error)
-    assert ep.outcome_detail["sandbox"]["mode"] == "bwrap"
-    served = [c for c in calls if c.status != "budget_exceeded"]
-    assert served, calls
+    served = _served_in_bubblewrap(summary, ep, calls)
     for call in served:
-        assert call.status == "ok" and call.http_status == 200 and call.protocol == "openai-chat", call.error
-        assert call.stream and call.prompt_token_ids and call.completion_token_ids
-        assert len(call.completion_logprobs) == len(call.completion_token_ids) <= 24
+        assert call.protocol == "openai-chat"
         assert is_helper(call, "policy") == (call.client_model == "policy-vibe-utility"), call.client_model
     assert served[0].client_model == "policy"  # the agent's own first turn
 
 
-def test_qwen_code_on_a_context_too_small_is_a_harness_error_though_it_says_success(shared_tiny_vllm,
-                                                                                      tmp_path: Path) -> None:
-    """Qwen Code's first request is ~43k tokens with the tiny model's tokenizer (its recipe asks for 64k); on the
-    shared 32k server (context_tokens lowered in alight.yaml, as a user would) vLLM refuses it with a 400. Qwen
-    Code then exits 0 with a `success` result whose text is "[API Error: ...]": the episode must still end as a
-    harness error naming vLLM's reason, not as finished."""
-    (tmp_path / "alight.yaml").write_text("harness:\n  qwen-code:\n    context_tokens: 32768\n")
+def test_qwen_code_runs_one_sandboxed_episode_of_alight_run_on_the_tiny_model(shared_tiny_vllm,
+                                                                              tmp_path: Path) -> None:
+    """Qwen Code's own first request (~80 KB: its system prompt and 15 tools, ~43k tokens with the tiny tokenizer,
+    which is why the shared server holds 64k, as the recipe asks) reaches vLLM through the proxy, streamed, and
+    comes back with vLLM's token ids; the noise ends its turn (or, should it call a tool, the call budget stops it).
+    Every call asks for the policy's name: the recipe switches its helper calls off. (An API error, which Qwen Code
+    reports as success with exit code 0, is tested against a scripted 400 in test_harness_real.)"""
     summary, ep, calls = _alight_run("qwen-code", shared_tiny_vllm, tmp_path)
-    assert summary["episodes"] == 1 and summary["sandbox"] == "bwrap", summary
-    assert ep.outcome == "harness_error", (ep.outcome, ep.error)
-    assert ep.exit_code == 0  # the trap: its exit code and its result's subtype say success
-    assert "[API Error: 400" in ep.error and "maximum context length" in ep.error, ep.error
-    assert calls and calls[0].status == "upstream_error" and calls[0].http_status == 400, calls
+    served = _served_in_bubblewrap(summary, ep, calls)
+    for call in served:
+        assert call.protocol == "openai-chat" and call.client_model == "policy"
 
 
 def test_aider_runs_one_sandboxed_episode_through_alight_run_on_real_vllm(shared_tiny_vllm, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from agentlightning_cli.config import SamplingOverrides
 from agentlightning_cli.proxy.chat import plan_chat
 from agentlightning_cli.proxy.token_io import TokenIO, derender_stream, generate_body
 from agentlightning_cli.proxy.upstream import UpstreamPool
+from tests.vllm_support import SHARED_SERVE
 
 pytestmark = [pytest.mark.vllm]
 
@@ -94,7 +95,7 @@ def test_max_tokens_left_out_is_resolved_per_prompt(shared_tiny_vllm) -> None:
     needs generate to resolve it again, which it does for a sampling_params without the key."""
     policy, url = shared_tiny_vllm.policy, shared_tiny_vllm.base_url
     rendered = run(lambda io: io.render(upstream_body(policy, max_tokens=None)), url)
-    context = 32768  # tests/vllm_support.SHARED_SERVE.max_model_len
+    context = SHARED_SERVE.max_model_len
     assert rendered.sampling_params["max_tokens"] == context - len(rendered.prompt_ids)
     # a client's max_tokens equal to SamplingParams' default (16) comes back from render absent: kept all the same
     sixteen = run(lambda io: io.render(upstream_body(policy, max_tokens=16)), url)

@@ -10,7 +10,7 @@ What the server has is the union of what its users need:
 - the model's generation_config.json carries sampling defaults (temperature 0.05, top_k 1, as Qwen2.5-Instruct
   ships its own) that alight's `--generation-config vllm` must ignore (test_serve_vllm checks it);
 - float32, the trainer's CPU dtype, so round-start logprobs can be compared to 1e-5 (test_train_vllm_logprobs);
-- a 32k context for Codex's ~14k-token first request (test_harness_vllm);
+- a 64k context for Qwen Code's ~43k-token first request (its recipe's context_tokens; test_harness_vllm);
 - LoRA at rank 8 with the zero adapter loaded as `policy-r0`, as `alight run` serves round 0.
 Users load adapters under names of their own and never assume they are the only ones loaded.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from agentlightning_cli.config import ServeSettings
 
 POLICY = "policy-r0"
-SHARED_SERVE = ServeSettings(max_model_len=32768, max_lora_rank=8, max_loras=2, startup_timeout_s=300,
+SHARED_SERVE = ServeSettings(max_model_len=65536, max_lora_rank=8, max_loras=2, startup_timeout_s=300,
                              extra_args=["--dtype", "float32"])
 FIXTURE = "shared_tiny_vllm"
 

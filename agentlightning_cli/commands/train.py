@@ -7,7 +7,7 @@ what the run served) and the row limit (the run's, from its snapshot: run_snapsh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from agentlightning_cli.errors import AlightError
 from agentlightning_cli.train.round_step import NothingToTrain, TrainReport, print_to_stderr, train_round

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from agentlightning_cli.errors import upstream_error_message
 from agentlightning_cli.proxy.jsonio import dumps, loads
