@@ -118,17 +118,24 @@ def test_rendered_mini_and_openhands_files_parse(tmp_path: Path) -> None:
     assert settings["llm"]["base_url"] == ctx["base_url"] and settings["llm"]["num_retries"] == 1
 
 
-def test_rendered_opencode_config_names_only_the_proxy_and_the_policy(tmp_path: Path) -> None:
-    recipe, ctx = _ctx("opencode", tmp_path)
-    config = json.loads(recipe.render(recipe.files["home/opencode.json"], ctx))
-    assert recipe.render(recipe.env["OPENCODE_CONFIG"], ctx) == f"{ctx['home']}/opencode.json"
+def _opencode_style_config(recipe, ctx: dict, name: str, env: str) -> dict:
+    """OpenCode and its fork Kilo Code: a config file in the private HOME whose one provider is the proxy (key from
+    the environment, never in the file) and whose agent and helper (small) models are both the policy."""
+    config = json.loads(recipe.render(recipe.files[f"home/{name}"], ctx))
+    assert recipe.render(recipe.env[env], ctx) == f"{ctx['home']}/{name}"
     assert config["enabled_providers"] == ["alight"] and list(config["provider"]) == ["alight"]
     provider = config["provider"]["alight"]
     assert provider["npm"] == "@ai-sdk/openai-compatible"  # bundled in the binary: nothing installed at run time
-    assert provider["options"]["baseURL"] == ctx["base_url"]
-    assert provider["options"]["apiKey"] == "{env:EPISODE_API_KEY}" and recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1"
-    # The agent's model and the helper (small) model are both the policy.
-    assert config["model"] == config["small_model"] == f"alight/{ctx['model']}" and list(provider["models"]) == [ctx["model"]]
+    assert provider["options"] == {"baseURL": ctx["base_url"], "apiKey": "{env:EPISODE_API_KEY}"}
+    assert recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1" and "k-1" not in json.dumps(config)
+    assert config["model"] == config["small_model"] == f"alight/{ctx['model']}"
+    assert list(provider["models"]) == [ctx["model"]]
+    return config
+
+
+def test_rendered_opencode_config_names_only_the_proxy_and_the_policy(tmp_path: Path) -> None:
+    recipe, ctx = _ctx("opencode", tmp_path)
+    config = _opencode_style_config(recipe, ctx, "opencode.json", "OPENCODE_CONFIG")
     assert config["agent"]["build"]["steps"] == recipe.max_turns
     assert config["autoupdate"] is False and config["share"] == "disabled" and config["lsp"] is False
     for flag in ("MODELS_FETCH", "AUTOUPDATE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "PROJECT_CONFIG", "SHARE"):
@@ -155,15 +162,7 @@ def test_rendered_kilo_config_names_only_the_proxy_and_keeps_it_off_kilos_servic
     """Kilo Code is OpenCode's fork: the same provider config under KILO_ names, plus the two switches its own
     services need (PostHog and api.kilo.ai were looked up with every KILO_DISABLE_* set)."""
     recipe, ctx = _ctx("kilo-code", tmp_path)
-    config = json.loads(recipe.render(recipe.files["home/kilo.json"], ctx))
-    assert recipe.render(recipe.env["KILO_CONFIG"], ctx) == f"{ctx['home']}/kilo.json"
-    assert config["enabled_providers"] == ["alight"] and list(config["provider"]) == ["alight"]
-    provider = config["provider"]["alight"]
-    assert provider["npm"] == "@ai-sdk/openai-compatible"  # bundled in the binary: nothing installed at run time
-    assert provider["options"] == {"baseURL": ctx["base_url"], "apiKey": "{env:EPISODE_API_KEY}"}
-    assert recipe.render(recipe.env["EPISODE_API_KEY"], ctx) == "k-1" and "k-1" not in json.dumps(config)
-    assert config["model"] == config["small_model"] == f"alight/{ctx['model']}"
-    assert list(provider["models"]) == [ctx["model"]]
+    config = _opencode_style_config(recipe, ctx, "kilo.json", "KILO_CONFIG")
     # Kilo's primary agent is `code` (OpenCode's `build`): the turn limit is its steps (test_harness_real checks
     # that Kilo applies it).
     assert config["agent"] == {"code": {"steps": recipe.max_turns}}
