@@ -67,7 +67,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentlightning_cli.config import Budgets, ProxySettings, SamplingOverrides, ServeSettings  # noqa: E402
-from agentlightning_cli.proxy import http_server, upstream  # noqa: E402
+from agentlightning_cli.proxy import http_server  # noqa: E402
+from agentlightning_cli.testing.upstream_clock import time_upstream_requests  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "continuation.json"
 TEMPLATE = ROOT / "tests" / "templates" / "rewrite_history.jinja"
@@ -90,41 +91,13 @@ class Clock:
 
     def install(self) -> None:
         clock = self
-        post, anext_, release = upstream.UpstreamPool.post, upstream.UpstreamResponse.__anext__, \
-            upstream.UpstreamResponse.release
-        started: dict[int, tuple[str, float]] = {}
-
-        async def timed_post(self, path, body, content_type="application/json"):
-            t0 = time.time()
-            response = await post(self, path, body, content_type)
-            started[id(response)] = (path.split("?")[0], t0)
-            return response
-
-        def done(response) -> None:
-            entry = started.pop(id(response), None)
-            if entry is not None:
-                clock.upstream.append((entry[0], entry[1], time.time()))
-
-        async def timed_anext(self):
-            try:
-                return await anext_(self)
-            except StopAsyncIteration:
-                done(self)
-                raise
-
-        def timed_release(self):
-            done(self)  # a reader that stopped early (or read exactly the body): its end is now at the latest
-            release(self)
-
+        time_upstream_requests(lambda path, t0, t1: clock.upstream.append((path, t0, t1)))
         write = http_server.StreamWriter.write
 
         async def timed_write(self, data):
             clock.writes[id(self)].append(time.time())
             return await write(self, data)
 
-        upstream.UpstreamPool.post = timed_post
-        upstream.UpstreamResponse.__anext__ = timed_anext
-        upstream.UpstreamResponse.release = timed_release
         http_server.StreamWriter.write = timed_write
 
     def upstream_in(self, start: float, end: float) -> list[tuple[str, float, float]]:

@@ -77,11 +77,10 @@ class ProxyClock:
         self.upstream: list[tuple[float, float]] = []
 
     def install(self) -> None:
-        from agentlightning_cli.proxy import server, upstream
+        from agentlightning_cli.proxy import server
+        from agentlightning_cli.testing.upstream_clock import time_upstream_requests
 
-        clock, sent = self, {}
-        dispatch, post = server.Proxy._dispatch, upstream.UpstreamPool.post
-        anext_, release = upstream.UpstreamResponse.__anext__, upstream.UpstreamResponse.release
+        clock, dispatch = self, server.Proxy._dispatch
 
         async def timed_dispatch(self, request):
             t0 = time.time()
@@ -90,32 +89,8 @@ class ProxyClock:
             finally:
                 clock.handled.append((t0, time.time()))
 
-        async def timed_post(self, path, body, content_type="application/json"):
-            t0 = time.time()
-            response = await post(self, path, body, content_type)
-            sent[id(response)] = t0
-            return response
-
-        def done(response) -> None:
-            t0 = sent.pop(id(response), None)
-            if t0 is not None:
-                clock.upstream.append((t0, time.time()))
-
-        async def timed_anext(self):
-            try:
-                return await anext_(self)
-            except StopAsyncIteration:
-                done(self)
-                raise
-
-        def timed_release(self):
-            done(self)  # a reader that stopped early: its end is now at the latest
-            release(self)
-
         server.Proxy._dispatch = timed_dispatch
-        upstream.UpstreamPool.post = timed_post
-        upstream.UpstreamResponse.__anext__ = timed_anext
-        upstream.UpstreamResponse.release = timed_release
+        time_upstream_requests(lambda _path, t0, t1: clock.upstream.append((t0, t1)))
 
     def own_seconds(self, call: Any) -> float | None:
         """The proxy's time on this call with no upstream request outstanding (None: no handler window found)."""

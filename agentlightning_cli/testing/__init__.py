@@ -6,6 +6,7 @@ script_agent.py     a small stdlib-only agent an external recipe runs (no instal
 sandbox_agent.py    a probing agent for the sandbox tests
 call_bodies.py      call records shaped like the proxy's, built without a proxy
 inspect_store.py    a store filled for the inspect tests
+upstream_clock.py   times the proxy's upstream requests (the harness and continuation benches)
 one_call/           a one-call script agent recipe and its task set (the learning test)
 
 The scripted upstream itself (fake_vllm and the harness scripts) is product code in scripted/: `alight harness
