@@ -302,7 +302,9 @@ def run_command(
     name: Annotated[Optional[str], typer.Option(help="Run name under runs_dir (default: <task set>-<harness>).")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per episode for the harness (default: the task's, else the recipe's).")] = None,
     max_calls: Annotated[Optional[int], typer.Option(help="LLM calls allowed per episode.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Completion tokens allowed per episode.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help=(
+        "Completion tokens allowed per episode: each call's max_tokens is clamped to what is left, the call after "
+        "it is spent refused."))] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="The harness's own turn limit, where it has one.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seeded sampling: each chat call goes upstream with a vLLM seed derived from (seed, episode id, call index); it replaces a client's own seed.")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep each episode's workspace after its reward.")] = False,
@@ -352,7 +354,9 @@ def eval_command(
     name: Annotated[Optional[str], typer.Option(help="Evaluation name under runs_dir (default: eval-<task set>-<harness>).")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="Seconds per episode for the harness (default: the task's, else the recipe's).")] = None,
     max_calls: Annotated[Optional[int], typer.Option(help="LLM calls allowed per episode.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Completion tokens allowed per episode.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help=(
+        "Completion tokens allowed per episode: each call's max_tokens is clamped to what is left, the call after "
+        "it is spent refused."))] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="The harness's own turn limit, where it has one.")] = None,
     tasks: Annotated[Optional[str], typer.Option(help="Only these task ids, comma-separated.")] = None,
     sandbox: SandboxFlag = None,

@@ -105,7 +105,8 @@ class Budgets(Section):
     max_calls: int | None = None
     """Per episode: LLM calls allowed before the proxy answers a budget error."""
     max_completion_tokens: int | None = None
-    """Per episode: completion tokens allowed before the proxy answers a budget error."""
+    """Per episode: completion tokens allowed. Each call's max_tokens is clamped to what is left when it starts (so
+    one long reply cannot run past it); once spent, the proxy answers a budget error."""
 
 
 class ProxySettings(Section):

@@ -77,17 +77,27 @@ async def test_call_budget_refuses_records_and_notifies(tmp_path):
         await stop_env(env)
 
 
-async def test_completion_token_budget(tmp_path):
-    env = await start_env(tmp_path, budgets={"max_completion_tokens": 10})
+async def test_completion_token_budget_clamps_each_call_then_refuses(tmp_path):
+    """Each call's max_tokens is clamped to the budget still open, whatever the client asked (or left out): no
+    reply runs past the budget; the call after the budget is spent is refused in the client's protocol."""
+    env = await start_env(tmp_path, budgets={"max_completion_tokens": 30})
     try:
         ep, key = env.episode()
-        assert (await post(env.url(ep), GOOD, key))[0] == 200  # 27 tokens: over the budget afterwards
-        status, out, _ = await post(env.url(ep, "/v1/messages"), json.dumps({"model": "c", "max_tokens": 5,
+        assert (await post(env.url(ep), GOOD, key))[0] == 200  # no max_tokens sent: the budget's 30 is the bound
+        status, out, _ = await post(env.url(ep, "/v1/messages"), json.dumps({"model": "c", "max_tokens": 500,
                                     "messages": HELLO}), None, {"x-api-key": key})
-        assert status == 400 and json.loads(out)["type"] == "error"
-        assert "completion-token budget" in json.loads(out)["error"]["message"]
+        assert status == 200, out
+        first, second = env.fake.requests
+        assert first["max_tokens"] == 30
         calls = await env.calls(ep, 2)
-        assert [c.status for c in calls] == ["ok", "budget_exceeded"]
+        used = len(calls[0].completion_token_ids)
+        assert 0 < used < 30 and second["max_tokens"] == 30 - used  # what was left, not the client's 500
+        assert calls[1].sampling["max_tokens"] == 30 - used  # recorded as sent
+        assert len(calls[1].completion_token_ids) == 30 - used and json.loads(out)["stop_reason"] == "max_tokens"
+        status, out, _ = await post(env.url(ep), GOOD, key)
+        assert status == 400 and "completion-token budget exhausted (30 of 30 tokens used)" in out.decode()
+        calls = await env.calls(ep, 3)
+        assert [c.status for c in calls] == ["ok", "ok", "budget_exceeded"] and len(env.fake.requests) == 2
     finally:
         await stop_env(env)
 

@@ -47,11 +47,13 @@ class ChatPlan:
     choice_drop: frozenset = frozenset()
 
 
-def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: int | None = None) -> ChatPlan:
+def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: int | None = None,
+              tokens_left: int | None = None) -> ChatPlan:
     """Rewrite a chat body for vLLM: policy model, token ids + logprobs, sampling overrides, every sampling key the
     trainer models at its neutral value when unsent (proxy/sampling_keys.py), stream usage, and
     the episode's seed in a seeded run (it replaces a client's own `seed`: a harness that sends a fixed one
-    would otherwise make every attempt of a task sample alike)."""
+    would otherwise make every attempt of a task sample alike). `tokens_left`, the episode's completion-token
+    budget still open, bounds max_tokens like `max_tokens_cap` (the smaller wins)."""
     up = dict(body)
     up["model"] = model
     if seed is not None:
@@ -67,7 +69,8 @@ def plan_chat(body: dict, model: str | None, sampling: SamplingOverrides, seed: 
         up["tool_choice"] = sampling.tool_choice
     if getattr(sampling, "token_ids", True):  # vLLM: never let a server's generation_config.json fill a key in
         explicit_neutral(up)
-    cap = sampling.max_tokens_cap
+    caps = [c for c in (sampling.max_tokens_cap, tokens_left) if c is not None]
+    cap = min(caps) if caps else None
     if cap is not None:
         keys = [k for k in ("max_completion_tokens", "max_tokens") if up.get(k) is not None]
         for key in keys:

@@ -88,6 +88,15 @@ class Budgets:
             except Exception:  # noqa: BLE001 - the owner's callback must not break the proxy
                 log.exception("on_budget_exceeded callback failed")
 
+    def tokens_left(self, episode_id: str) -> int | None:
+        """Completion tokens the episode may still use (None: no token budget): each call's max_tokens is clamped to
+        it when the call starts, so one long reply cannot run past the budget. Calls of one episode that run at
+        once each get what was left when they started."""
+        if self.max_completion_tokens is None:
+            return None
+        used = self.usage.get(episode_id)
+        return self.max_completion_tokens - (used.completion_tokens if used else 0)
+
     def add_tokens(self, episode_id: str, completion_tokens: int) -> None:
         self.usage.setdefault(episode_id, Usage()).completion_tokens += completion_tokens
 

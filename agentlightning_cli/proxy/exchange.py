@@ -57,6 +57,8 @@ class Exchange:
         self.stream = False
         self.seed: int | None = None
         """The vLLM seed for this call (seeded runs only), drawn when it passes the budget check."""
+        self.tokens_left: int | None = None
+        """The episode's completion-token budget left when this call passed the check (None: no token budget)."""
         self.fields: dict[str, Any] = {}
         """Record fields known so far (upstream_request, model, sampling, client_model, dropped, ...)."""
 
@@ -139,6 +141,7 @@ class _Forwarding:
                 raise ProxyReject(400, f"alight: episode budget exceeded: {reason}", "budget_exceeded")
             ex.fields.setdefault("model", ex.policy.name)
             ex.seed = ex.policy.seeds.next(ex.episode_id)
+            ex.tokens_left = budgets.tokens_left(ex.episode_id)
         except BaseException:
             gate.leave()
             raise

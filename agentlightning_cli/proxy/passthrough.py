@@ -46,7 +46,8 @@ async def handle_chat(ex: Exchange) -> Response | StreamWriter:
     ex.fields["client_model"] = body.get("model")
     async with ex.forwarding():
         policy = ex.policy
-        plan = plan_chat(body, policy.upstream_model(body.get("model")), policy.sampling, ex.seed)
+        plan = plan_chat(body, policy.upstream_model(body.get("model")), policy.sampling, ex.seed,
+                         tokens_left=ex.tokens_left)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
         if continues(ex, plan):
             return await exact_chat(ex, plan, dropped=None, answer=lambda data: _stripped(data, plan),

@@ -55,7 +55,8 @@ async def _translate(ex: Exchange, body: dict, client_model: str | None) -> Resp
     chat_body["stream"] = ex.stream
     async with ex.forwarding():
         policy = ex.policy
-        plan = plan_chat(chat_body, policy.upstream_model(client_model), policy.sampling, ex.seed)
+        plan = plan_chat(chat_body, policy.upstream_model(client_model), policy.sampling, ex.seed,
+                         tokens_left=ex.tokens_left)
         ex.fields.update(model=plan.upstream["model"], sampling=plan.sampling)
         if continues(ex, plan):  # continued on the canonical chat form, answered in the client's
             return await exact_chat(
