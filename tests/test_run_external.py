@@ -62,3 +62,26 @@ def test_external_script_agent(tmp_path, name, edit, reward, outcome):
                 assert "cannot start ./absent.py" in ep.error, ep.error
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("exit_codes, outcome", [("", "harness_error"), ("  exit_codes: [0, 3]\n", "finished")])
+def test_a_recipe_names_the_exit_codes_its_report_decides(tmp_path, exit_codes, outcome):
+    """A harness that exits 3 after a normal ending its report calls its own (Mistral Vibe on a reply cut at the
+    token cap): a harness_error naming the code, unless the recipe lists 3 in `outcome.exit_codes`; then the
+    report decides and the episode is finished and scored."""
+    tasks = rs.calc_task_set(tmp_path, [{"id": "calc", "prompt": "Fix add() in calc.py."}])
+    path = tmp_path / "three.py"
+    path.write_text(AGENT.replace("EDIT", "True") + "sys.exit(3)\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    recipe = rs.script_recipe(tmp_path, "three", ["./three.py", "{{ prompt_file }}"], extra=exit_codes)
+    with FakeVLLM(FakeScript(turns=["I will fix it."], served_models=["policy-r0"])) as fake:
+        out = tmp_path / "runs" / "three"
+        proc = rs.alight(["run", "--task-set", str(tasks), "--harness", str(recipe), "--attempts", "1",
+                          "--upstream", fake.url, "--out", str(out), "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    store, [episode] = rs.read_store(out)
+    store.close()
+    assert episode.outcome == outcome and episode.exit_code == 3, (episode.outcome, episode.error)
+    assert episode.reward == 1.0  # scored either way
+    if outcome == "harness_error":
+        assert episode.error.startswith("exit code 3"), episode.error

@@ -73,6 +73,10 @@ class OutcomeRules(_Strict):
     """If set, a finished episode needs a record matching this (or one of these); otherwise harness_error."""
     require_reason: str = "the harness did not report success"
     """Template for the reason when `require` is not met; `records` is the list of parsed records."""
+    exit_codes: list[int] = Field(default_factory=lambda: [0])
+    """Exit codes that are not an error by themselves: the report decides (errors, turn_limit, require). Any other
+    exit code is a harness_error. Mistral Vibe exits 3 for every ending it calls the agent's own (a reply cut at
+    the token cap, its turn limit, a refusal) and 3 as well for being terminated: its report tells them apart."""
 
 
 class Stop(_Strict):

@@ -215,7 +215,7 @@ class HarnessEpisode:
             outcome.status, outcome.reason = "no_calls", f"the harness exited without a single LLM call ({why})"
         elif error is not None:
             outcome.status, outcome.reason = "harness_error", error
-        elif outcome.exit_code != 0 and not turn_limit:
+        elif outcome.exit_code not in self.recipe.outcome.exit_codes and not turn_limit:
             outcome.status, outcome.reason = "harness_error", f"exit code {outcome.exit_code}: {_tail(stderr_path)}"
         elif turn_limit:
             outcome.reason = "turn limit reached"
