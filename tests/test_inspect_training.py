@@ -87,6 +87,18 @@ def test_zero_variance_group_and_what_does_not_train_say_why(tmp_path: Path):
     assert "reward.on_error is skip" in failed["why"]
 
 
+def test_an_abandoned_episode_says_its_slot_was_redone(tmp_path: Path):
+    run_id, ids = build(tmp_path)
+    with Store.open(tmp_path) as store:
+        rnd = store.list_rounds(run_id)[0]
+        ep = store.create_episode(run_id, rnd.id, "a", 9, "mini-swe-agent", "key-a9")
+        store.add_calls(conversation(ep.id, "openai-chat", "Task a.", STEPS, seed=9))
+        store.update_episode(ep.id, status="abandoned")  # a stopped run's episode, redone on resume
+    t = training(tmp_path, ep.id)
+    assert (t["trains"], t["reason"]) == (False, "abandoned_redone") and "redid its slot" in t["why"]
+    assert t["round"]["dropped"]["abandoned_redone"] == 1 and t["round"]["scored"] == 3
+
+
 def test_the_runs_settings_snapshot_decides(tmp_path: Path):
     # on_error zero: b2 scores 0, so group b = [1, 1, 0] has spread; scale none: advantage = reward - mean.
     snapshot = {"train": {"outcomes": ["finished", "timeout"], "scale_rewards": "none"}, "reward": {"on_error": "zero"}}

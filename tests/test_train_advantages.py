@@ -55,6 +55,17 @@ def test_outcome_filter_and_missing_rewards():
     assert set(only_finished) == {"a"}
 
 
+def test_an_abandoned_episode_never_trains_beside_the_retry_that_redid_its_slot():
+    # A stopped run's episodes are abandoned on resume and their slots redone under `.1`: only the retry trains,
+    # even where the abandoned one got as far as an outcome and a reward (one slot, one sample in its group), and
+    # the count names what happened rather than an unknown outcome.
+    eps = [Ep("a", "t", 1.0, outcome=None, status="abandoned"), Ep("a.1", "t", 0.0),
+           Ep("b", "t", 1.0, status="abandoned"), Ep("b.1", "t", 1.0)]
+    rewards, dropped = adv.trainable_rewards(eps)
+    assert set(rewards) == {"a.1", "b.1"}
+    assert dropped == {"abandoned_redone": 2}
+
+
 def test_reward_errors_are_skipped_or_scored_zero():
     eps = [Ep("a", "t", 1.0), Ep("b", "t", None, status="reward_error")]
     skipped, dropped = adv.trainable_rewards(eps, on_error="skip")

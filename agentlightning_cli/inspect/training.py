@@ -158,6 +158,9 @@ def _row_facts(out: dict[str, Any], rows: Rows, calls: list[CallSummary], round_
 
 
 def _drop_text(reason: str, ep: Episode, settings: dict[str, Any]) -> str:
+    if reason == "abandoned_redone":
+        return ("a stopped run left it unfinished and the rerun redid its slot under a retry id (`.1`, `.2`, ...):"
+                " the retry trains in its place")
     if reason.startswith("outcome_"):
         if ep.outcome is None:
             return f"no outcome yet (status {ep.status}): only ended episodes train"

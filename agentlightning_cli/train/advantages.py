@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlightning_cli.rollout.plan import ABANDONED
+
 DEFAULT_OUTCOMES = ("finished", "budget_exceeded", "timeout")
 SCALES = ("group", "batch", "none")
 EPS = 1e-4  # as TRL: (r - mean) / (std + eps), so a tiny spread does not explode
@@ -54,6 +56,9 @@ def trainable_rewards(episodes: Iterable[Any], outcomes: Sequence[str] = DEFAULT
     kept: dict[str, tuple[str, float]] = {}
     dropped: Counter = Counter()
     for ep in episodes:
+        if ep.status == ABANDONED:  # a stopped run's episode, redone under a retry id that trains in its place
+            dropped["abandoned_redone"] += 1
+            continue
         if ep.outcome not in outcomes:
             dropped[f"outcome_{ep.outcome or 'unknown'}"] += 1
             continue
