@@ -34,7 +34,12 @@ Per harness and mode:
   was not working (no chat / generate request outstanding): the proxy's own work plus render / derender time not
   hidden under generation (a stream's batched derenders overlap it); and exact's less render's (what exact adds).
 
-    python bench/continuation.py [--only codex,claude,chat,mini] [--tasks 8] [--max-turns 8] [--short]
+Modes (--modes, default exact,render): `exact` renders and derenders confirmed request shapes in the proxy's process
+(proxy.local_render, the default: the served template and tokenizer, serve/chat_render.py); `exact-server` sends
+every render and derender to vLLM (proxy.local_render false), for the side-by-side cost of the two HTTP calls.
+
+    python bench/continuation.py [--only codex,claude,chat,mini] [--modes exact,exact-server,render]
+        [--tasks 8] [--max-turns 8] [--short]
         [--scripted-calls 7] [--codex-tasks 2] [--claude-tasks 1] [--mini-tasks N] [--claude-tools LIST]
         [--mini-max-tokens 192] [--max-model-len 40960] [--url URL --model DIR] [--out FILE]
 
@@ -74,7 +79,8 @@ RESULTS = ROOT / "bench" / "results" / "continuation.json"
 TEMPLATE = ROOT / "tests" / "templates" / "rewrite_history.jinja"
 TASKS = ROOT / "examples" / "easy" / "train.jsonl"
 POLICY = "policy-r0"
-MODES = ("exact", "render")
+MODES = ["exact", "render"]  # --modes: any of exact, exact-server, render (in this order)
+ALL_MODES = ("exact", "exact-server", "render")
 MINI_CAP = [192]
 TRAINER_LABELS = ("template", "retokenised", "edited")  # always shown; any other label the trainer gives too
 
@@ -182,6 +188,14 @@ SCRIPTED_PROMPT = "{marker}: run the commands you are given, then say you are do
 
 
 def proxy_settings(kind: str, mode: str, calls: int) -> ProxySettings:
+    """`exact`: render and derender in the proxy's process for confirmed shapes (proxy.local_render, the
+    default); `exact-server`: every render and derender an HTTP call to vLLM (proxy.local_render false)."""
+    settings = _proxy_settings(kind, "exact" if mode == "exact-server" else mode, calls)
+    settings.local_render = mode == "exact"
+    return settings
+
+
+def _proxy_settings(kind: str, mode: str, calls: int) -> ProxySettings:
     if kind == "chat":
         return ProxySettings(continuation=mode)
     if kind == "mini":  # the recipe's own sampling (temperature 0.7, 192 tokens), capped with --mini-max-tokens
@@ -274,14 +288,17 @@ class _proxy_env:
 
     async def __aenter__(self):
         from agentlightning_cli.commands import lifecycle
+        from agentlightning_cli.serve.chat_render import served_chat_render
         from agentlightning_cli.store import Store
 
         env = self.env
         env.store = Store.open(env.run_dir)
         env._stack.callback(env.store.close)
+        # The server this script starts (or --url's) serves TEMPLATE with the hermes parser, as alight's own do.
+        local = served_chat_render(self.model, TEMPLATE, "hermes", None) if env.proxy_settings.local_render else None
         env.proxy = await env._stack.enter_async_context(lifecycle.proxy_running(
             env.store, env.upstream_url, env.proxy_settings, policy=env.policy, on_budget_exceeded=env.stopper,
-            model=self.model))
+            model=self.model, local_tokens=local))
         return env
 
     async def __aexit__(self, *exc):
@@ -314,6 +331,7 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
     calls_n, rows_n, tokens, cpu = 0, 0, 0, 0.0
     trainer: collections.Counter = collections.Counter()
     proxy: collections.Counter = collections.Counter()
+    local: collections.Counter = collections.Counter()
     own_per_k, extra_per_k, own_ms, gaps, per_episode, statuses = [], [], [], [], [], collections.Counter()
     extra_ms, prompt_lens, wall_ms, added_per_k, added_ms = [], [], [], [], []
     for ep in episodes:
@@ -332,6 +350,8 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
             decision = call.continuation or {}
             if decision.get("kind") in ("fork", "fallback"):
                 proxy[f"{decision['kind']}:{decision.get('reason')}"] += 1
+            for done in decision.get("local") or ():  # render / history / derender done in the proxy's process
+                local[done] += 1
             k = max(len(call.prompt_token_ids or ()), 1) / 1000
             own, extra, added = split_call(call, clock)
             own_ms.append(own * 1e3)
@@ -360,6 +380,7 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
         "process_cpu_ms_per_call": _r(cpu * 1e3 / calls_n) if calls_n else None,
         "chunk_gap_ms_p50": _r(pct(gaps, 0.5), 1e3), "chunk_gap_ms_p90": _r(pct(gaps, 0.9), 1e3),
         "chunks_timed": len(gaps),
+        "local_render_calls": local["render"], "local_derender_calls": local["derender"],
     }
 
 
@@ -407,7 +428,8 @@ def table(results: dict) -> list[str]:
                 "proxy_own_ms_per_call_p50", "render_derender_ms_per_call_p50", "proxy_own_ms_per_call_per_1k_p50",
                 "render_derender_ms_per_call_per_1k_p50", "added_ms_per_call_p50", "added_ms_per_call_per_1k_p50",
                 "process_cpu_ms_per_call",
-                "chunk_gap_ms_p50", "chunk_gap_ms_p90", "chunks_timed"]
+                "chunk_gap_ms_p50", "chunk_gap_ms_p90", "chunks_timed", "local_render_calls",
+                "local_derender_calls"]
         lines.append(f"  {'':40} " + " ".join(f"{m:>12}" for m in modes))
         for key in keys:
             lines.append(f"  {key:40} " + " ".join(f"{_show(modes[m].get(key)):>12}" for m in modes))
@@ -419,7 +441,7 @@ def table(results: dict) -> list[str]:
             values = [modes[m]["trainer_breaks_per_100"].get(label, modes[m]["proxy_breaks_per_100"].get(label, 0))
                       for m in modes]
             lines.append(f"  {name:40} " + " ".join(f"{_show(v):>12}" for v in values))
-        if all(m in modes for m in MODES) and modes["exact"]["training_tokens"]:
+        if all(m in modes for m in ("exact", "render")) and modes["exact"]["training_tokens"]:
             lines.append(f"  render/exact training tokens: "
                          f"{modes['render']['training_tokens'] / modes['exact']['training_tokens']:.2f}x")
         if same and modes.get("exact", {}).get("training_tokens"):
@@ -457,6 +479,9 @@ def targets(results: dict) -> dict:
             entry["added_over_render_ms_per_call_per_1k_p50"] = round(
                 exact["added_ms_per_call_per_1k_p50"] - render["added_ms_per_call_per_1k_p50"], 3)
             entry["added_over_render_le_5ms_per_1k"] = entry["added_over_render_ms_per_call_per_1k_p50"] <= 5
+        server = modes.get("exact-server")
+        if server and server["added_ms_per_call_per_1k_p50"] is not None:
+            entry["exact_server_added_ms_per_call_per_1k_p50"] = server["added_ms_per_call_per_1k_p50"]
         for mode, stats in (("exact", exact), ("render", render or {})):
             if stats.get("chunks_timed"):
                 entry[f"chunk_gap_ms_{mode}"] = {"p50": stats["chunk_gap_ms_p50"], "p90": stats["chunk_gap_ms_p90"],
@@ -497,6 +522,9 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="codex,claude,chat,mini", help="harnesses, in the order run")
+    parser.add_argument("--modes", default="exact,render",
+                        help="exact (render / derender in-process where confirmed), exact-server (both over HTTP), "
+                             "render")
     parser.add_argument("--tasks", type=int, default=8, help="chat tasks (and mini's, unless --mini-tasks)")
     parser.add_argument("--mini-tasks", type=int)
     parser.add_argument("--max-turns", type=int, default=8, help="chat / mini calls per episode (at most)")
@@ -519,6 +547,7 @@ def main() -> None:
                     "cpus": os.cpu_count(), "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
                     "server": opts.url or "started by this run"}
     MINI_CAP[0] = opts.mini_max_tokens
+    MODES[:] = [m for m in ALL_MODES if m in opts.modes.split(",")]
     lines = [line for line in TASKS.read_text().splitlines() if line.strip()]
     all_tasks = [{**json.loads(line), "index": i} for i, line in enumerate(lines)]
     sys.path.insert(0, str(ROOT / "tests"))
@@ -564,7 +593,7 @@ def write(opts, results: dict, partial_tasks: dict | None = None) -> dict:
             f"{how['load_avg_now']} at {how['now']}; server: {how['server']}"]
     out = {"what": "exact vs render continuation, same tasks and seeds, one run, alternating (bench/continuation.py)",
            "how_run": how,
-           "settings": {"only": opts.only, "tasks": opts.tasks, "max_turns": opts.max_turns,
+           "settings": {"only": opts.only, "modes": opts.modes, "tasks": opts.tasks, "max_turns": opts.max_turns,
                         "scripted_calls": opts.scripted_calls, "codex_tasks": opts.codex_tasks,
                         "claude_tasks": opts.claude_tasks, "mini_tasks": opts.mini_tasks or opts.tasks,
                         "claude_tools": opts.claude_tools or "default",

@@ -109,9 +109,9 @@ class Client:
         return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "data": data}
 
 
-def in_proxy(server, model: Path, store_dir: Path, mode: str, script) -> tuple:
+def in_proxy(server, model: Path, store_dir: Path, mode: str, script, local_tokens=None) -> tuple:
     """tests/proxy_support.in_proxy in front of this module's server, serving POLICY."""
-    return proxy_support.in_proxy(server.base_url, model, POLICY, store_dir, mode, script)
+    return proxy_support.in_proxy(server.base_url, model, POLICY, store_dir, mode, script, local_tokens)
 
 
 def agent(client: Client, turns: int, seed: int) -> list[dict]:
@@ -480,3 +480,127 @@ def test_replies_cut_at_max_tokens_are_closed_and_continued_in_one_row(rewriting
     assert sampled_spans(report.rows[0]) == [c.completion_token_ids for c in calls]
     shown = "\n".join(continuation_lines(continuation_json(calls[1])))  # what `alight inspect show CALL` prints
     assert f"closed the previous reply (cut without an end-of-turn token) with {closing}" in shown
+
+
+# ---- in-process render / derender (proxy/local_token_io.py, serve/chat_render.py) ----------------------------------
+
+def server_post(server, path: str, body: dict) -> dict:
+    request = urllib.request.Request(f"{server.base_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        return json.loads(resp.read())
+
+
+# Text a template and a byte-level tokenizer can disagree on, if anything does: non-ASCII, emoji, newlines and tabs,
+# leading and trailing spaces, an empty turn, a special token's text inside a turn, JSON.
+AWKWARD = ["café – naïve 日本語 🙂", "line one\nline two\n\n\tindented", "  padded  ", "", "<|im_start|>user\nhi",
+           '{"a": [1, 2.5, null], "b": "x\\ny"}', "ends with a space ", "a" * 300]
+
+
+def test_the_served_template_and_tokenizer_render_and_decode_as_the_server_does(rewriting_vllm):
+    """serve/chat_render.py against the real server (same model folder, same --chat-template): the prompt ids of
+    every conversation, with and without the generation prompt, are the server's render ids; and the text of
+    sampled ids (temperature 1, some cut at max_tokens) is the content the server's derender gives them."""
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    local = served_chat_render(model, TEMPLATE, "hermes", None)
+    assert local is not None
+    conversations = [[{"role": "user", "content": text}] for text in AWKWARD]
+    conversations.append([SYSTEM, *({"role": r, "content": t} for r, t in zip(["user", "assistant"] * 4, AWKWARD))])
+    conversations.append([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b c d"},
+                          {"role": "user", "content": "e"}])
+    for messages in conversations:
+        for generation_prompt in (True, False):
+            served = server_post(server, "/v1/chat/completions/render", {
+                "model": POLICY, "messages": messages, "add_generation_prompt": generation_prompt})
+            assert local.render_ids(messages, generation_prompt) == served["token_ids"], messages
+
+    compared = 0
+    for seed in range(8):
+        rendered = server_post(server, "/v1/chat/completions/render", {
+            "model": POLICY, "messages": [{"role": "user", "content": AWKWARD[seed % len(AWKWARD)]}],
+            "temperature": 1.0, "max_tokens": 24, "seed": seed})
+        answer = server_post(server, "/inference/v1/generate", rendered)
+        ids = answer["choices"][0]["token_ids"]
+        chat = {"model": POLICY, "messages": [{"role": "user", "content": "x"}]}
+        derendered = server_post(server, "/v1/chat/completions/derender", {
+            "model": POLICY, "generate_response": answer, "chat_request": chat,
+            "prompt_tokens": len(rendered["token_ids"]), "prompt_token_ids": rendered["token_ids"]})
+        text = local.decode(ids)
+        if text.endswith("\ufffd"):  # a character cut at max_tokens: the server holds those bytes back
+            continue
+        assert text == derendered["choices"][0]["message"]["content"], (seed, ids)
+        compared += 1
+    assert compared >= 6
+
+
+def test_exact_continuation_renders_and_derenders_confirmed_shapes_in_process(rewriting_vllm, tmp_path):
+    """The chat agent under `exact` with the served template and tokenizer in the proxy: the first call of the
+    conversation's shape goes to the server and confirms it (render and derender compared), every later call is
+    rendered and derendered in-process; the conversation still continues as one row, the plain render lengths
+    are the server's, and every answer the client got is what the server's derender says for the ids sampled."""
+    from agentlightning_cli.proxy.continued import without_stop_token
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    turns = 6
+    local = served_chat_render(model, TEMPLATE, "hermes", None)
+
+    def script(proxy):
+        replies = agent(Client(proxy, "ep"), turns, 11)
+        return replies, dict(proxy.continuation.local.stats)
+
+    store, (replies, stats) = in_proxy(server, model, tmp_path / "exact", "exact", script, local_tokens=local)
+    calls, report = rows_of(store, "ep", model)
+    assert [c.continuation["kind"] for c in calls] == ["start"] + ["continue"] * (turns - 1)
+    assert report.breaks == {} and len(report.rows) == 1
+    # The shape's first call is the server's, compared; the second renders on the server too (its structure, an
+    # earlier assistant turn, is new: the template's rewriting branch), compared; after that both are local.
+    local_steps = [c.continuation["local"] for c in calls]
+    assert local_steps == [[], ["derender"]] + [["render", "derender"]] * (turns - 2), local_steps
+    assert stats == {"server_render": 2, "server_derender": 1, "local_render": turns - 2,
+                     "local_derender": turns - 1}, stats
+    shown = "\n".join(continuation_lines(continuation_json(calls[2])))  # what `alight inspect show CALL` prints
+    assert "in alight's process: render, derender" in shown
+    rids = [json.loads(c.upstream_request).get("request_id") for c in calls]  # one per generate, never reused
+    assert None not in rids and len(set(rids)) == len(rids), rids
+    for call, reply in zip(calls, replies):
+        plain = plain_render(server, call)
+        assert call.continuation["plain_len"] == len(plain)
+        chat = {"model": POLICY, "messages": json.loads(call.client_request)["messages"]}
+        served = server_post(server, "/v1/chat/completions/derender", {
+            "model": POLICY, "generate_response": without_stop_token(json.loads(call.upstream_response)),
+            "chat_request": chat, "prompt_tokens": len(call.prompt_token_ids),
+            "prompt_token_ids": call.prompt_token_ids})
+        assert reply["content"] == served["choices"][0]["message"]["content"]
+        assert reply["data"]["usage"]["prompt_tokens"] == len(call.prompt_token_ids)
+        assert reply["data"]["usage"]["completion_tokens"] == len(call.completion_token_ids)
+    # the client's answers have one form, the server's (the first call's) and the local ones alike
+    forms = {json.dumps([sorted(d), sorted(d["choices"][0]), sorted(d["choices"][0]["message"])])
+             for d in (r["data"] for r in replies)}
+    assert len(forms) == 1, forms
+
+
+def test_a_local_template_that_differs_from_the_servers_is_caught_and_the_server_renders(rewriting_vllm, tmp_path):
+    """The proxy given a template the server does not use (the model's own, not the rewriting one, which differs
+    only in how it renders earlier assistant turns): the first call's render matches the server's, but the second,
+    the first with an earlier assistant turn, differs, so the shape is refused and every call is rendered by the
+    server; the conversation is unharmed (no skew, one row)."""
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    wrong = served_chat_render(model, None, "hermes", None)
+
+    def script(proxy):
+        agent(Client(proxy, "ep"), 4, 11)
+        io = proxy.continuation.local
+        return dict(io.stats), [s.render_refused for s in io.shapes.values()]
+
+    store, (stats, refused) = in_proxy(server, model, tmp_path / "exact", "exact", script, local_tokens=wrong)
+    calls, report = rows_of(store, "ep", model)
+    assert [c.continuation["kind"] for c in calls] == ["start"] + ["continue"] * 3
+    assert report.breaks == {} and len(report.rows) == 1
+    assert all("render" not in c.continuation["local"] for c in calls)
+    assert stats["render_mismatch"] == 1 and stats.get("local_render", 0) == 0 and stats["server_render"] == 4
+    assert len(refused) == 1 and "prompt ids differ from the server's" in refused[0]

@@ -158,6 +158,25 @@ def continuation_eot_ids(proxy_settings: ProxySettings, model: "Path | str | Non
     return frozenset()
 
 
+def local_chat_render(proxy_settings: ProxySettings, upstream: "PolicyServer | Any | None"):
+    """The served template and tokenizer for in-process render / derender (serve/chat_render.py), for vLLM servers
+    alight started (it knows their model, --chat-template and parsers); None for any other upstream or with
+    proxy.local_render off."""
+    if not proxy_settings.local_render or not getattr(upstream, "starts_servers", False):
+        return None
+    from agentlightning_cli.serve.chat_render import served_chat_render
+    from agentlightning_cli.serve.parsers import choose_parsers
+
+    serve = upstream.settings.serve
+    overridden = {arg.split("=")[0] for arg in serve.extra_args} & {
+        "--chat-template", "--tool-call-parser", "--reasoning-parser", "--tokenizer", "--tokenizer-mode"}
+    if overridden:  # the server renders with what alight did not choose: let it
+        return None
+    parsers = choose_parsers(upstream.model, serve.tool_call_parser, serve.reasoning_parser)
+    return served_chat_render(upstream.model, upstream.vllm.chat_template, parsers.tool_call_parser,
+                              parsers.reasoning_parser)
+
+
 @asynccontextmanager
 async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_settings: ProxySettings, *, policy: str | None = "policy-r0",
                         ad_hoc: bool = False, ad_hoc_scope: tuple[str | None, str | None] | None = None,
@@ -165,11 +184,12 @@ async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_set
                         upstream: "PolicyServer | Any | None" = None,
                         upstream_api_key: str | None = None,
                         model: "Path | str | None" = None,
-                        served_model: str | None = None) -> AsyncIterator["Proxy"]:
+                        served_model: str | None = None, local_tokens: Any = None) -> AsyncIterator["Proxy"]:
     """The recording proxy, listening, in front of `upstream_url`; stopped (not drained) on exit. `upstream`: the
     policy server behind it, when there is one: its API key (else `upstream_api_key`, serve.api_key for servers
     alight did not start) goes on every upstream request, and a replica of it whose process exited stays out of
-    the proxy's routing (proxy/routing.py)."""
+    the proxy's routing (proxy/routing.py). `local_tokens`: the served template and tokenizer for in-process render
+    / derender (serve/chat_render.py); by default found for an `upstream` alight started (local_chat_render)."""
     from agentlightning_cli.proxy.probe import server_root
     from agentlightning_cli.proxy.server import Proxy
 
@@ -183,6 +203,8 @@ async def proxy_running(store: "Store", upstream_url: str | list[str], proxy_set
     servers = [(server_root(url), name) for url in urls] if name else []
     kwargs["eot_ids"] = continuation_eot_ids(proxy_settings, model or getattr(upstream, "model", None), servers,
                                              kwargs["upstream_api_key"])
+    if kwargs["eot_ids"] and proxy_settings.local_render:
+        kwargs["local_tokens"] = local_tokens or local_chat_render(proxy_settings, upstream)
     proxy = Proxy(store, upstream_url, proxy_settings, **kwargs)
     if on_budget_exceeded is not None:
         proxy.on_budget_exceeded = on_budget_exceeded

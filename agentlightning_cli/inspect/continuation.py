@@ -7,7 +7,8 @@ conversation) or `fallback` with its reason (the plain render sent); the normali
 the request with the chain; how many turns after the system text it shares; where the continued prompt differs
 from the plain render of the same messages (first token, the differing turn segments as [start, end) token ranges
 of each, the render's length); the end-of-turn id added after the previous reply where it was cut without one
-(`closed_reply`: max_tokens, a stop string); and the sampling params sent to generate. A call rendered from its
+(`closed_reply`: max_tokens, a stop string); the sampling params sent to generate; and what alight did in its own
+process instead of asking the server (`local`: render, history, derender; proxy/local_token_io.py). A call rendered from its
 messages (render mode, or relayed: several choices, prompt logprobs) has none: `null` in JSON.
 """
 
@@ -32,6 +33,8 @@ def continuation_json(call: Call, raw: bool = False) -> dict[str, Any] | None:
     out["shared_turns"] = out.pop("shared_messages")
     out["differs"] = [dict(d) for d in out["differs"] or []]
     out["closed_reply"] = list(out["closed_reply"] or [])  # absent in calls recorded before it existed
+    if "local" in stored:  # recorded since in-process render / derender; absent before
+        out["local"] = list(stored["local"] or [])
     if raw and call.prompt_token_ids:
         for d in out["differs"]:
             start, end = d["prompt"]
@@ -64,4 +67,8 @@ def continuation_lines(cont: dict[str, Any] | None) -> list[str]:
         lines.append(f"  masked (the parent's sampled tokens): {cont['masked_spans']}")
     if cont.get("sampling_params") is not None:
         lines.append(f"  sent to generate: {json.dumps(cont['sampling_params'], sort_keys=True)}")
+    if "local" in cont:  # recorded since in-process render / derender (proxy/local_token_io.py)
+        done = cont["local"] or []
+        lines.append("  in alight's process: " + (", ".join(done) if done else "nothing (the server rendered and "
+                                                                                "derendered)"))
     return lines

@@ -27,6 +27,7 @@ from agentlightning_cli.proxy.errors import ProxyReject, error_bytes
 from agentlightning_cli.proxy.exchange import Exchange, log
 from agentlightning_cli.proxy.http_server import Response, StreamWriter
 from agentlightning_cli.proxy.jsonio import dumps
+from agentlightning_cli.proxy.local_token_io import LocalTokenIO, LocalTokens
 from agentlightning_cli.proxy.routing import UpstreamRouter
 from agentlightning_cli.proxy.token_io import (GeneratedDelta, Rendered, TokenIO, TokenIOError, derender_stream,
                                               generate_body)
@@ -50,12 +51,14 @@ class _EpisodeRoute:
 
 
 class ExactContinuation:
-    """The chains of every live episode (in memory; an episode's go when it ends) and the model's end-of-turn ids
-    (computed where the proxy is started: the proxy layer reads no tokenizer)."""
+    """The chains of every live episode (in memory; an episode's go when it ends), the model's end-of-turn ids
+    and, for a server alight started, its template and tokenizer for in-process render / derender
+    (proxy/local_token_io.py). Both are computed where the proxy is started: the proxy layer reads no tokenizer."""
 
-    def __init__(self, router: UpstreamRouter, eot_ids: Collection[int]):
+    def __init__(self, router: UpstreamRouter, eot_ids: Collection[int], local_tokens: LocalTokens | None = None):
         self.router, self.eot = router, frozenset(eot_ids)
         self.episodes: dict[str, Chains] = {}
+        self.local = LocalTokenIO(local_tokens) if local_tokens is not None else None
 
     def chains(self, episode_id: str) -> Chains:
         chains = self.episodes.get(episode_id)
@@ -127,15 +130,16 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     cont: ExactContinuation = ex.parts.continuation  # type: ignore[assignment]
     io, chains = cont.io(ex.episode_id), cont.chains(ex.episode_id)
     chat_request = _chat_request(plan)
+    local = LocalCall(cont.local, plan)
     try:
-        rendered = await _down(io.render(chat_request))
+        rendered = await _down(local.render(io, chat_request))
     except TokenIOError as exc:
         ex.fields["upstream_request"] = dumps(chat_request)
         return await _post_error(ex, exc)
     request = canonical_request(chat_request, dropped)
     decision = chains.classify(request, rendered.prompt_ids)
     if decision.history_messages:  # a reply cut without an end-of-turn id: how does the template close its turn?
-        decision = await _closing_a_cut_reply(io, chains, request, chat_request, rendered, decision)
+        decision = await _closing_a_cut_reply(io, local, chains, request, chat_request, rendered, decision)
     prompt = decision.prompt_ids
     # Render resolved max_tokens for the plain prompt; a continued prompt has another length, so generate
     # resolves it again unless the client sent one (then it is the client's, as chat completions would keep it).
@@ -144,25 +148,68 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     body["model"] = plan.upstream.get("model")
     ex.fields["upstream_request"] = dumps(body)
     ex.fields["continuation"] = {"mode": "exact", **decision.as_json(), "plain_len": len(rendered.prompt_ids),
-                                 "sampling_params": body["sampling_params"]}
+                                 "sampling_params": body["sampling_params"], "local": local.done}
     ex.fields["prompt_token_ids"] = prompt
     chains.begin(decision)  # no await since classify: a concurrent continuation of this tip forks as `parallel`
     try:
         if not plan.stream:
-            return await _whole(ex, io, chains, decision, body, chat_request, plan, answer, rewrite)
+            return await _whole(ex, io, local, chains, decision, body, chat_request, plan, answer, rewrite)
         return await _streamed(ex, io, chains, decision, body, chat_request, plan, stream, rewrite)
     finally:  # every ending without a record (refused, unreachable, client gone, an exception) frees the chain
         chains.release(decision)
 
 
-async def _closing_a_cut_reply(io: TokenIO, chains: Chains, request: Request, chat_request: dict, rendered: Rendered,
-                               decision: Decision) -> Decision:
+class LocalCall:
+    """One call's use of the in-process render / derender (proxy/local_token_io.py): local where the call's shape
+    is confirmed, else the server's, whose answer is then compared. `done` lists what ran locally (the record's
+    `continuation.local`)."""
+
+    __slots__ = ("done", "io", "want_ids", "want_logprobs", "whole")
+
+    def __init__(self, io: LocalTokenIO | None, plan: ChatPlan):
+        self.io, self.want_ids, self.want_logprobs = io, plan.want_token_ids, plan.want_logprobs
+        self.whole = not plan.stream
+        self.done: list[str] = []
+
+    async def render(self, server: TokenIO, body: dict) -> Rendered:
+        io = self.io
+        key = io.shape_key(body, self.want_ids, self.want_logprobs) if io is not None else None
+        if io is None or key is None:
+            return await server.render(body)
+        rendered = io.render(key, body)
+        if rendered is not None:
+            self.done.append("render" if body.get("add_generation_prompt", True) is not False else "history")
+            return rendered
+        rendered = await server.render(body)
+        io.learn_render(key, body, rendered)
+        return rendered
+
+    async def derender(self, server: TokenIO, generate_response: dict, chat_request: dict,
+                       prompt_ids: list[int]) -> dict:
+        # Only whole answers without logprobs asked: a stream derenders chunk by chunk on the server, hidden under
+        # generation, and the local answer carries no logprobs.
+        io = self.io
+        key = io.shape_key(chat_request, self.want_ids, self.want_logprobs) \
+            if io is not None and self.whole and not self.want_logprobs else None
+        if io is None or key is None:
+            return await server.derender(generate_response, chat_request, prompt_ids)
+        data = io.derender(key, generate_response, prompt_ids)
+        if data is not None:
+            self.done.append("derender")
+            return data
+        data = await server.derender(generate_response, chat_request, prompt_ids)
+        io.learn_derender(key, generate_response, prompt_ids, data)
+        return data
+
+
+async def _closing_a_cut_reply(io: TokenIO, local: LocalCall, chains: Chains, request: Request, chat_request: dict,
+                               rendered: Rendered, decision: Decision) -> Decision:
     """Classify again with the render of the history up to the cut reply (chains.closing_ids): a continuation
     with the reply closed, or the same `unclosed` fallback when the render does not close it (or fails)."""
     history_body = {**chat_request, "messages": chat_request["messages"][:decision.history_messages],
                     "add_generation_prompt": False, "continue_final_message": False}
     try:
-        history = await _down(io.render(history_body))
+        history = await _down(local.render(io, history_body))
     except TokenIOError:
         return decision  # the plain render stands: the call is answered, counted as `unclosed`
     return chains.classify(request, rendered.prompt_ids, history_ids=history.prompt_ids)
@@ -175,14 +222,15 @@ def _record(ex: Exchange, chains: Chains, decision: Decision, reply: dict, ids: 
     ex.fields["continuation"]["chain"] = chain.id
 
 
-async def _whole(ex: Exchange, io: TokenIO, chains: Chains, decision: Decision, body: dict, chat_request: dict,
-                 plan: ChatPlan, answer: Callable[[dict], bytes], rewrite: Callable[[dict], None] | None) -> Response:
+async def _whole(ex: Exchange, io: TokenIO, local: LocalCall, chains: Chains, decision: Decision, body: dict,
+                 chat_request: dict, plan: ChatPlan, answer: Callable[[dict], bytes],
+                 rewrite: Callable[[dict], None] | None) -> Response:
     prompt = decision.prompt_ids
     try:
         generated = await _down(io.generate(prompt, body["sampling_params"], body["model"], base=body))
         if not generated.token_ids:  # derender refuses an empty generation; nothing was sampled to answer
             raise ProxyReject(502, "alight: the upstream generated no token", "upstream_error")
-        data = await _down(io.derender(without_stop_token(generated.response), chat_request, prompt))
+        data = await _down(local.derender(io, without_stop_token(generated.response), chat_request, prompt))
     except TokenIOError as exc:
         return await _post_error(ex, exc)
     usage = data.get("usage")

@@ -29,6 +29,7 @@ from agentlightning_cli.proxy.http_server import HTTPServer, Request, Response, 
 from agentlightning_cli.proxy.incoming import read_body
 from agentlightning_cli.proxy.jsonio import dumps
 from agentlightning_cli.proxy.listener_inbox import LISTENERS_SOCKET, ListenerInbox
+from agentlightning_cli.proxy.local_token_io import LocalTokens
 from agentlightning_cli.proxy.probe import server_root
 from agentlightning_cli.proxy.recorder import Recorder
 from agentlightning_cli.proxy.routes import models_body, protocol_of, route
@@ -83,7 +84,7 @@ class Proxy:
                  ad_hoc: bool = False, connections: int = 256,
                  ad_hoc_scope: tuple[str | None, str | None] = (None, None), upstream_api_key: str | None = None,
                  retry_after_s: float = 30.0, replica_exited: Callable[[str], int | None] | None = None,
-                 eot_ids: Collection[int] = ()):
+                 eot_ids: Collection[int] = (), local_tokens: LocalTokens | None = None):
         self.store, self.settings, self.ad_hoc = store, settings, ad_hoc
         # (run id, round id) that episodes created on first use belong to, so `alight serve` traffic is its run's.
         self.ad_hoc_scope = ad_hoc_scope
@@ -119,6 +120,9 @@ class Proxy:
             raise AlightError("proxy.continuation is exact but the proxy was given no end-of-turn ids",
                               "pass the model's end-of-turn ids (inspect/tokens.end_of_turn_ids of its tokenizer.json)"
                               " or set proxy.continuation: render")
+        self.local_tokens = local_tokens
+        """The served model's template and tokenizer (serve/chat_render.py, for servers alight started): exact
+        continuation renders and derenders confirmed request shapes in-process (proxy/local_token_io.py)."""
         self.continuation: ExactContinuation | None = None
 
     @property
@@ -150,7 +154,7 @@ class Proxy:
                                       retry_after_s=self.retry_after_s, api_key=self.upstream_api_key,
                                       exited=self.replica_exited)
         if self.settings.continuation == "exact":  # the effective mode, resolved (probed) before the proxy starts
-            self.continuation = ExactContinuation(self.session, self.eot_ids)
+            self.continuation = ExactContinuation(self.session, self.eot_ids, self.local_tokens)
         self._parts = Collaborators(self.gate, self.budgets, self.recorder, self.session, self.model_policy,
                                     self.continuation)
         # Bodies are decoded by incoming.py, bounded by max_body_bytes (a zip bomb stops at the limit).
