@@ -130,7 +130,7 @@ async def exact_chat(ex: Exchange, plan: ChatPlan, *, dropped: dict | None, answ
     cont: ExactContinuation = ex.parts.continuation  # type: ignore[assignment]
     io, chains = cont.io(ex.episode_id), cont.chains(ex.episode_id)
     chat_request = _chat_request(plan)
-    local = LocalCall(cont.local, plan)
+    local = LocalCall(cont.local, plan, chat_request)
     try:
         rendered = await _down(local.render(io, chat_request))
     except TokenIOError as exc:
@@ -164,16 +164,22 @@ class LocalCall:
     is confirmed, else the server's, whose answer is then compared. `done` lists what ran locally (the record's
     `continuation.local`)."""
 
-    __slots__ = ("done", "io", "want_ids", "want_logprobs", "whole")
+    __slots__ = ("body", "done", "io", "key", "want_ids", "want_logprobs", "whole")
 
-    def __init__(self, io: LocalTokenIO | None, plan: ChatPlan):
+    def __init__(self, io: LocalTokenIO | None, plan: ChatPlan, chat_request: dict):
         self.io, self.want_ids, self.want_logprobs = io, plan.want_token_ids, plan.want_logprobs
         self.whole = not plan.stream
         self.done: list[str] = []
+        self.body, self.key = chat_request, self._key(chat_request)  # the call's own body: its shape, once
+
+    def _key(self, body: dict) -> str | None:
+        if body is getattr(self, "body", None):
+            return self.key
+        return self.io.shape_key(body, self.want_ids, self.want_logprobs) if self.io is not None else None
 
     async def render(self, server: TokenIO, body: dict) -> Rendered:
         io = self.io
-        key = io.shape_key(body, self.want_ids, self.want_logprobs) if io is not None else None
+        key = self._key(body)
         if io is None or key is None:
             return await server.render(body)
         rendered = io.render(key, body)
@@ -189,8 +195,7 @@ class LocalCall:
         # Only whole answers without logprobs asked: a stream derenders chunk by chunk on the server, hidden under
         # generation, and the local answer carries no logprobs.
         io = self.io
-        key = io.shape_key(chat_request, self.want_ids, self.want_logprobs) \
-            if io is not None and self.whole and not self.want_logprobs else None
+        key = self._key(chat_request) if self.whole and not self.want_logprobs else None
         if io is None or key is None:
             return await server.derender(generate_response, chat_request, prompt_ids)
         data = io.derender(key, generate_response, prompt_ids)

@@ -120,6 +120,15 @@ class LocalTokenIO:
         rest["_client"] = [want_token_ids, want_logprobs, _client_max_tokens(chat_body) is not None]
         return json.dumps(rest, sort_keys=True, separators=(",", ":"))
 
+    def _learning(self, key: str | None, what: str) -> _Shape | None:
+        """The shape a server answer of `what` (render / derender) is compared for; None: nothing to compare
+        (never local, or already refused)."""
+        if key is None:
+            return None
+        self.stats[f"server_{what}"] += 1
+        shape = self.shapes.setdefault(key, _Shape())
+        return None if getattr(shape, f"{what}_refused") else shape
+
     def _due(self, shape: _Shape, what: str) -> bool:
         """A confirmed shape's call that goes to the server anyway, to be compared (every recheck_every-th)."""
         shape.calls[what] += 1
@@ -148,11 +157,8 @@ class LocalTokenIO:
     def learn_render(self, key: str | None, chat_body: dict, served: Rendered) -> None:
         """Compare the server's render with the local one; a match confirms the shape (the first time), a
         difference refuses it for good."""
-        if key is None:
-            return
-        self.stats["server_render"] += 1
-        shape = self.shapes.setdefault(key, _Shape())
-        if shape.render_refused:
+        shape = self._learning(key, "render")
+        if shape is None:
             return
         try:
             ids = self._local_ids(chat_body)
@@ -249,11 +255,8 @@ class LocalTokenIO:
     def learn_derender(self, key: str | None, generate_response: dict, prompt_ids: list[int], served: dict) -> None:
         """Compare the server's derender with the local answer (id, creation time and logprobs aside); the first
         match makes the server's answer the shape's form, a difference refuses the shape's derender for good."""
-        if key is None:
-            return
-        self.stats["server_derender"] += 1
-        shape = self.shapes.setdefault(key, _Shape())
-        if shape.derender_refused:
+        shape = self._learning(key, "derender")
+        if shape is None:
             return
         choices = served.get("choices") or ()
         if len(choices) != 1 or not isinstance(choices[0].get("message"), dict):
