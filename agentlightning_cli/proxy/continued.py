@@ -170,12 +170,14 @@ class LocalCall:
         self.io, self.want_ids, self.want_logprobs = io, plan.want_token_ids, plan.want_logprobs
         self.whole = not plan.stream
         self.done: list[str] = []
-        self.body, self.key = chat_request, self._key(chat_request)  # the call's own body: its shape, once
+        self.body = chat_request
+        self.key = self._shape(chat_request)  # the call's own body: its shape, computed once
+
+    def _shape(self, body: dict) -> str | None:
+        return self.io.shape_key(body, self.want_ids, self.want_logprobs) if self.io is not None else None
 
     def _key(self, body: dict) -> str | None:
-        if body is getattr(self, "body", None):
-            return self.key
-        return self.io.shape_key(body, self.want_ids, self.want_logprobs) if self.io is not None else None
+        return self.key if body is self.body else self._shape(body)
 
     async def render(self, server: TokenIO, body: dict) -> Rendered:
         io = self.io
