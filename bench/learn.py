@@ -24,9 +24,9 @@ seeds per arm, and, per seed run in both arms, learn - shuffled on the last eval
 (bench/results/learn.json) is written only by this script: runs merge into it one at a time (a lock file), a run
 of another configuration is refused, and free text goes in with --note.
 
-    python bench/learn.py --seed 0                    # the learn arm, seed 0 (~100 minutes on 2 cores)
+    python bench/learn.py --seed 0                    # the learn arm, seed 0 (~62 minutes alone on 2 cores)
     python bench/learn.py --seed 0 --arm shuffled     # the control
-    python bench/learn.py --summary                   # recompute and print the summary of the stored runs
+    python bench/learn.py --summary                   # recompute (and store) the summary of the stored runs
     python bench/learn.py --smoke --out /tmp/l.json   # the driver end to end in minutes: tiny model, 2+2 tasks
 
 Options: [--rounds 5] [--attempts 8] [--eval-attempts 4] [--concurrency 8] [--lr 5e-4] [--epochs 2]
@@ -39,6 +39,7 @@ on the held-out set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -257,7 +258,7 @@ def merge(results: dict[str, Any] | None, entry: dict[str, Any], config: dict[st
 def check_mergeable(results: dict[str, Any] | None, config: dict[str, Any], arm: str, seed: int,
                     replace: bool = False) -> None:
     """Refuse (SystemExit, saying why and what to do) a run that `merge` would refuse: checked before a run
-    starts too, not only ~100 minutes later."""
+    starts too, not only an hour later."""
     if not results:
         return
     if "runs" not in results:
@@ -288,8 +289,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         tasks = [t["task_id"] for t in a["per_task"]]
         mine = {t["task_id"]: t for t in b["per_task"]}
         if set(tasks) == set(mine):
-            ci = paired_interval([t["pass_at_1"] for t in a["per_task"]], [mine[t]["pass_at_1"] for t in tasks])
-            versus[seed] = {"pass_at_1": ci.to_json() if ci else None}
+            versus[seed] = {}
+            for metric in METRICS:
+                ci = paired_interval([t[metric] for t in a["per_task"]], [mine[t][metric] for t in tasks])
+                versus[seed][metric] = ci.to_json() if ci else None
     return {"arms": arms, "learn_minus_shuffled": versus, "verdict": verdict(arms, versus)}
 
 
@@ -367,11 +370,32 @@ def render(results: dict[str, Any]) -> list[str]:
                          f"{_ci(change['pass_at_1'], True):>25}  {_ci(change['mean_reward'], True):>25}  {rewards}")
     summary = results.get("summary") or summarize(results)
     for seed, v in summary["learn_minus_shuffled"].items():
-        lines.append(f"seed {seed}: learn - shuffled, pass@1 after the last training: {_ci(v['pass_at_1'], True)}")
+        lines.append(f"seed {seed}: learn - shuffled after the last training, pass@1 {_ci(v['pass_at_1'], True)}"
+                     + (f", mean reward {_ci(v['mean_reward'], True)}" if v.get("mean_reward") else ""))
     return lines + summary["verdict"]["text"]
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
+
+def write_results(out: Path, results: dict[str, Any]) -> None:
+    tmp = out.with_name(out.name + ".tmp")  # whole or not at all
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(out)
+
+
+@contextlib.contextmanager
+def results_lock(out: Path):
+    """One writer of a results file at a time (a run, or --summary): two runs on 2 cores would time each other,
+    and both write the file. The lock lives beside the work folders, not in bench/results."""
+    key = hashlib.blake2b(str(out.resolve()).encode(), digest_size=6).hexdigest()
+    (Path(tempfile.gettempdir()) / "alight-learn").mkdir(exist_ok=True)
+    with open(Path(tempfile.gettempdir()) / "alight-learn" / f"results-{key}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another bench/learn.py run holds {lock.name}: wait for it") from None
+        yield
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -400,8 +424,14 @@ def main() -> None:
     ap.add_argument("--summary", action="store_true", help="print the stored runs' summary and stop")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    if args.summary:
-        print("\n".join(render(json.loads(args.out.read_text()))))
+    if args.summary:  # recomputed from the stored runs (a summary written by an older script is brought up to date)
+        with results_lock(args.out):
+            results = json.loads(args.out.read_text())
+            summary = summarize(results)
+            if summary != results.get("summary"):
+                results["summary"] = summary
+                write_results(args.out, results)
+        print("\n".join(render(results)))
         return
     if args.seed is None:
         ap.error("--seed is required (one seed of one arm per invocation)")
@@ -411,16 +441,9 @@ def main() -> None:
     work = args.work or Path(tempfile.gettempdir()) / "alight-learn" / f"{args.arm}-seed{args.seed}"
     work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    # The lock beside the work folders, not in bench/results: one per results file.
-    key = hashlib.blake2b(str(args.out.resolve()).encode(), digest_size=6).hexdigest()
-    (Path(tempfile.gettempdir()) / "alight-learn").mkdir(exist_ok=True)
-    with open(Path(tempfile.gettempdir()) / "alight-learn" / f"results-{key}.lock", "w") as lock:
-        try:  # one run at a time: two on 2 cores would time each other, and both write the file
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SystemExit(f"another bench/learn.py run holds {lock.name}: wait for it") from None
+    with results_lock(args.out):
         existing = json.loads(args.out.read_text()) if args.out.is_file() else None
-        check_mergeable(existing, config, args.arm, args.seed, args.replace)  # before ~100 minutes, not after
+        check_mergeable(existing, config, args.arm, args.seed, args.replace)  # before an hour of running, not after
         settings = settings_file(config, args.arm, args.seed)
         (work / "alight.yaml").write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
         cmd = command(config, args.seed, work / "run", heldout_file(config, work))
@@ -443,9 +466,7 @@ def main() -> None:
                           note=args.note)
         entry["outcomes"] = outcomes
         results = merge(existing, entry, config, replace=args.replace)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
-        tmp.replace(args.out)
+        write_results(args.out, results)
     print("\n".join(render(results)))
 
 

@@ -75,6 +75,8 @@ def test_runs_merge_per_arm_and_seed_and_the_summary_answers_both_questions(tmp_
     versus = results["summary"]["learn_minus_shuffled"]
     assert list(versus) == ["0"]
     assert versus["0"]["pass_at_1"] == paired_interval([0.0, 0.25, 0.0, 0.0], [0.5, 0.5, 0.25, 0.25]).to_json()
+    assert versus["0"]["mean_reward"] == paired_interval([0.25, 0.375, 0.25, 0.25],
+                                                         [0.5, 0.5, 0.375, 0.375]).to_json()
     verdict = results["summary"]["verdict"]
     # Seed 1 gains on one task only: its interval reaches 0, so the gain does not hold on every seed.
     assert results["summary"]["arms"]["learn"]["change"]["1"]["pass_at_1"]["low"] == 0.0
@@ -84,7 +86,24 @@ def test_runs_merge_per_arm_and_seed_and_the_summary_answers_both_questions(tmp_
     assert "mean change exceeds it" in verdict["text"][1]
     lines = learn.render(results)
     assert any(line.startswith("learn        1") for line in lines), lines
+    assert any(line.startswith("seed 0: learn - shuffled after the last training, pass@1 +0.312")
+               and "mean reward +0.156" in line for line in lines), lines
     assert lines[-2:] == verdict["text"]
+
+
+def test_summary_recomputes_a_stored_summary_from_the_runs_and_stores_it(tmp_path: Path, monkeypatch, capsys):
+    results = None
+    for arm, after in [("learn", [0.5, 0.5, 0.25, 0.25]), ("shuffled", [0.0, 0.25, 0.0, 0.0])]:
+        results = learn.merge(results, learn.run_entry(summary(BASE, after), arm=arm, seed=0), CONFIG)
+    fresh = json.loads(json.dumps(results["summary"]))
+    results["summary"]["learn_minus_shuffled"]["0"] = {"pass_at_1": fresh["learn_minus_shuffled"]["0"]["pass_at_1"]}
+    out = tmp_path / "learn.json"
+    out.write_text(json.dumps(results))  # as an older script left it: no learn - shuffled on mean reward
+    monkeypatch.setattr("sys.argv", ["learn.py", "--summary", "--out", str(out)])
+    learn.main()
+    stored = json.loads(out.read_text())
+    assert stored["summary"] == fresh and stored["runs"] == json.loads(json.dumps(results["runs"]))
+    assert "mean reward +0.156" in capsys.readouterr().out
 
 
 def test_the_results_file_refuses_another_configuration_a_stored_seed_and_the_earlier_benchmark():
