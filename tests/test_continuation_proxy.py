@@ -605,3 +605,87 @@ def test_a_local_template_that_differs_from_the_servers_is_caught_and_the_server
     assert all("render" not in c.continuation["local"] for c in calls)
     assert stats["render_mismatch"] == 1 and stats.get("local_render", 0) == 0 and stats["server_render"] == 4
     assert len(refused) == 1 and "prompt ids differ from the server's" in refused[0]
+
+
+def test_derender_reads_only_the_prompts_last_ids_on_a_server_without_a_reasoning_parser(rewriting_vllm):
+    """TokenIO.prompt_tail (set for servers alight started without a reasoning parser: the proxy's in-process
+    tokens exist only for those): every derender call, whole and streamed, carries the prompt's last
+    DETOKENISER_WINDOW ids and the whole prompt's length as `prompt_tokens`, and the server answers it exactly as it
+    answers the call with every prompt id: sampled text (temperature 1, non-ASCII in the prompt's tail) and a hermes
+    tool call, streamed one generate event per derender call."""
+    import asyncio
+
+    from agentlightning_cli.proxy.token_io import DETOKENISER_WINDOW, StreamDerender, TokenIO
+    from agentlightning_cli.proxy.upstream import UpstreamPool
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    tokenizer = served_chat_render(model, TEMPLATE, "hermes", None).tokenizer
+    history = [SYSTEM, *({"role": r, "content": t} for r, t in zip(["user", "assistant"] * 12, AWKWARD * 3))]
+    chat = {"model": POLICY, "messages": [*history, {"role": "user", "content": "Run ls, then say café 🙂"}],
+            "tools": TOOLS, "tool_choice": "auto", "temperature": 1.0, "max_tokens": 24}
+    call = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la ~/café"}}\n</tool_call><|im_end|>'
+    sent: list[dict] = []
+
+    def without_ids(value):  # answer ids, creation times and minted tool-call ids differ from call to call
+        if isinstance(value, dict):
+            return {k: without_ids(v) for k, v in value.items() if k not in ("id", "created")}
+        return [without_ids(v) for v in value] if isinstance(value, list) else value
+
+    async def derendered(io: TokenIO, answer: dict, prompt: list[int]) -> tuple:
+        whole = await io.derender(answer, chat, prompt)
+        stream = StreamDerender(io, chat, prompt)
+        chunks, ids = stream.chunks(), answer["choices"][0]["token_ids"]
+        streamed = []
+        for start in range(0, len(ids), 3):  # one generate event per derender call: the server's replay path
+            last = start + 3 >= len(ids)
+            stream.push({"request_id": answer["request_id"], "choices": [{
+                "index": 0, "token_ids": ids[start:start + 3], "logprobs": None,
+                "finish_reason": answer["choices"][0]["finish_reason"] if last else None}]})
+            streamed.append(await chunks.__anext__())
+        return without_ids(whole), without_ids(streamed)
+
+    async def main() -> list[tuple]:
+        pool = UpstreamPool(server.base_url)
+        original = pool.post
+
+        async def recorded(path, body, *args):
+            sent.append({"path": path, **json.loads(body)})
+            return await original(path, body, *args)
+
+        pool.post = recorded
+        full, tail = TokenIO(pool), TokenIO(pool, prompt_tail=DETOKENISER_WINDOW)
+        try:
+            rendered = await full.render(chat)
+            answers = []
+            for seed in range(3):
+                generated = await full.generate(rendered.prompt_ids, {**rendered.sampling_params, "seed": seed},
+                                                POLICY, base=rendered.generate_request)
+                answers.append(generated.response)
+            ids = tokenizer.encode(call, add_special_tokens=False)
+            answers.append({"request_id": "generate-tokens-call", "choices": [{
+                "index": 0, "token_ids": ids, "finish_reason": "stop", "stop_reason": None, "logprobs": None}]})
+            out = []
+            for answer in answers:
+                sent.clear()
+                with_all = await derendered(full, answer, rendered.prompt_ids)
+                assert all(len(b["prompt_token_ids"]) == len(rendered.prompt_ids) for b in sent)
+                sent.clear()
+                with_tail = await derendered(tail, answer, rendered.prompt_ids)
+                assert sent and all(b["path"] == "/v1/chat/completions/derender" for b in sent)
+                assert all(b["prompt_token_ids"] == rendered.prompt_ids[-DETOKENISER_WINDOW:]
+                           and b["prompt_tokens"] == len(rendered.prompt_ids) for b in sent)
+                out.append((with_all, with_tail, len(rendered.prompt_ids)))
+            return out
+        finally:
+            await pool.close()
+
+    results = asyncio.run(main())
+    assert all(n > 20 * DETOKENISER_WINDOW for *_, n in results)  # the tail is a small part of the prompt
+    for with_all, with_tail, _ in results:
+        assert with_tail == with_all
+    whole, streamed = results[-1][0]
+    assert whole["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "bash", "arguments": '{"cmd": "ls -la ~/café"}'}, whole
+    assert any((c["choices"] or [{}])[0].get("delta", {}).get("tool_calls") for c in streamed), streamed
+    assert whole["usage"]["prompt_tokens"] == results[-1][2]

@@ -29,8 +29,8 @@ from agentlightning_cli.proxy.http_server import Response, StreamWriter
 from agentlightning_cli.proxy.jsonio import dumps
 from agentlightning_cli.proxy.local_token_io import LocalTokenIO, LocalTokens
 from agentlightning_cli.proxy.routing import UpstreamRouter
-from agentlightning_cli.proxy.token_io import (GeneratedDelta, Rendered, TokenIO, TokenIOError, derender_stream,
-                                              generate_body)
+from agentlightning_cli.proxy.token_io import (DETOKENISER_WINDOW, GeneratedDelta, Rendered, TokenIO, TokenIOError,
+                                              derender_stream, generate_body)
 from agentlightning_cli.proxy.translators import StreamTranslator
 from agentlightning_cli.proxy.upstream import UPSTREAM_DOWN
 
@@ -67,7 +67,10 @@ class ExactContinuation:
         return chains
 
     def io(self, episode_id: str) -> TokenIO:
-        return TokenIO(_EpisodeRoute(self.router, episode_id))  # type: ignore[arg-type]
+        # In-process tokens exist only for a server alight started without a reasoning parser
+        # (serve/chat_render.served_chat_render): its derender reads only the prompt's last ids.
+        tail = DETOKENISER_WINDOW if self.local is not None else None
+        return TokenIO(_EpisodeRoute(self.router, episode_id), prompt_tail=tail)  # type: ignore[arg-type]
 
     def end(self, episode_id: str) -> None:
         self.episodes.pop(episode_id, None)

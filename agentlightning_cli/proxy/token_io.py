@@ -48,6 +48,11 @@ RENDER = "/v1/chat/completions/render"
 GENERATE = "/inference/v1/generate"
 DERENDER = "/v1/chat/completions/derender"
 SAMPLING_PARAMS_MAX_TOKENS_DEFAULT = 16  # vllm.SamplingParams.max_tokens' default (vLLM 0.32)
+DETOKENISER_WINDOW = 32
+"""Prompt ids a derender call needs from a server without a reasoning parser: its incremental detokeniser is seeded
+from the prompt's last 7 ids (vLLM 0.32 detokenizer_utils.convert_prompt_ids_to_tokens: the initial offset 5, + 2),
+and nothing else reads them there (a tool parser sees tools and output; only a reasoning parser asks the whole
+prompt whether reasoning is still open). 32 leaves a margin; see `TokenIO.prompt_tail`."""
 
 
 class TokenIOError(Exception):
@@ -112,10 +117,22 @@ def generate_body(rendered: Rendered, token_ids: list[int], *, keep_max_tokens: 
 
 
 class TokenIO:
-    """render / generate / derender against one upstream pool."""
+    """render / generate / derender against one upstream pool.
 
-    def __init__(self, pool: UpstreamPool):
+    `prompt_tail`: set (to DETOKENISER_WINDOW) only for a server known to run no reasoning parser; derender calls
+    then carry the prompt's last ids instead of all of them (`prompt_tokens`, the usage count, stays the whole
+    prompt's length). A streaming derender call sends the prompt ids every time: at a 30k-token prompt they were
+    most of the call's cost on the server (bench/token_io.py). None: the whole prompt, as vLLM's reasoning parsers
+    need it."""
+
+    def __init__(self, pool: UpstreamPool, prompt_tail: int | None = None):
         self.pool = pool
+        self.prompt_tail = prompt_tail
+
+    def derender_prompt(self, prompt_ids: list[int]) -> list[int]:
+        """The prompt ids a derender call sends (see `prompt_tail`)."""
+        tail = self.prompt_tail
+        return prompt_ids if tail is None or len(prompt_ids) <= tail else prompt_ids[-tail:]
 
     async def _post(self, path: str, body: dict) -> dict:
         response = await self.pool.post(path, dumps(body))
@@ -186,13 +203,14 @@ class TokenIO:
         """The chat.completion for a generate answer: content, reasoning and tool calls split by the server's
         parsers as chat completions would. `chat_request`: the chat body (its tools and reasoning settings);
         `prompt_ids`: the ids generated from (the continued prompt, not the render's)."""
-        if not generate_response.get("prompt_token_ids"):
+        sent = self.derender_prompt(prompt_ids)
+        if not generate_response.get("prompt_token_ids") or sent is not prompt_ids:
             # Non-streaming derender seeds detokenisation from the request's prompt_token_ids, but its reasoning
             # parser asks generate_response.prompt_token_ids whether the prompt left reasoning open (vllm
             # renderers/online_derenderer.py), present only when generate echoed them (return_token_ids).
-            generate_response = {**generate_response, "prompt_token_ids": prompt_ids}
+            generate_response = {**generate_response, "prompt_token_ids": sent}
         body = {"model": model or chat_request.get("model"), "generate_response": generate_response,
-                "chat_request": chat_request, "prompt_tokens": len(prompt_ids), "prompt_token_ids": prompt_ids}
+                "chat_request": chat_request, "prompt_tokens": len(prompt_ids), "prompt_token_ids": sent}
         answer = await self._post(DERENDER, body)
         auto = chat_request.get("tool_choice") in (None, "auto", "required")
         for choice in answer.get("choices") or ():
@@ -260,7 +278,7 @@ class StreamDerender:
             events, self._pending = self._pending, []
             body = {"stream": True, "model": self.model or self.chat_request.get("model"),
                     "generate_chunk": merge_events(events), "stream_state": self._state,
-                    "chat_request": self.chat_request, "prompt_token_ids": self.prompt_ids,
+                    "chat_request": self.chat_request, "prompt_token_ids": self.io.derender_prompt(self.prompt_ids),
                     "prompt_tokens": len(self.prompt_ids)}
             answer = await self.io._post(DERENDER, body)
             self.calls += 1
