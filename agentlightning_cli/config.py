@@ -129,11 +129,12 @@ class ProxySettings(Section):
     harness's messages by the chat template. Empty: `exact` where every upstream answers those endpoints, else
     `render` with one line saying why (proxy/token_io_probe.py resolves it at start)."""
     local_render: bool = True
-    """Under `exact`, on a server alight started: render plain text conversations to prompt ids and their answers
-    back to text in alight's own process, with the served template and tokenizer, instead of two HTTP calls to
-    vLLM per call. Each request shape (and conversation structure) is compared with the server's render and
-    derender first, and every 64th call after; a shape that differs goes to the server for good. `false`: the
-    server does both always."""
+    """Under `exact`, on a server alight started: render conversations (text turns, and tools, tool calls and tool
+    results prepared as vLLM prepares them) to prompt ids, and whole text answers back to text, in alight's own
+    process with the served template and tokenizer, instead of HTTP calls to vLLM. Each request shape (and
+    conversation structure) is compared with the server's render and derender first, and every 64th call after; a
+    shape that differs goes to the server for good. `false`: the server does both always (and derender gets every
+    prompt id)."""
 
 
 class HarnessOverride(Section):

@@ -689,3 +689,65 @@ def test_derender_reads_only_the_prompts_last_ids_on_a_server_without_a_reasonin
         "name": "bash", "arguments": '{"cmd": "ls -la ~/café"}'}, whole
     assert any((c["choices"] or [{}])[0].get("delta", {}).get("tool_calls") for c in streamed), streamed
     assert whole["usage"]["prompt_tokens"] == results[-1][2]
+
+
+def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewriting_vllm):
+    """proxy/served_messages.py through LocalTokenIO against the real server: requests with tools (with and without
+    a description, strict), assistant tool calls (content None or empty, arguments as JSON, empty, not JSON, not an
+    object, non-ASCII; two calls; an empty list), consecutive tool results, content given as text parts (an empty
+    one among them), a named user: each shape is learnt from the server's render, and then rendered in-process to
+    the server's prompt ids, with no shape refused."""
+    from agentlightning_cli.proxy.local_token_io import LocalTokenIO
+    from agentlightning_cli.proxy.token_io import Rendered
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    io = LocalTokenIO(served_chat_render(model, TEMPLATE, "hermes", None))
+    read = {"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "number"}}}, "strict": True}}
+
+    def call(i: int, arguments: str | None, name: str = "bash") -> dict:
+        return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    def tool(i: int, content) -> dict:
+        return {"role": "tool", "tool_call_id": f"call_{i}", "content": content}
+
+    first = [SYSTEM, {"role": "user", "content": "List the files, then read the README."}]
+    one = [*first, {"role": "assistant", "content": None, "tool_calls": [call(0, '{"cmd": "ls -la"}')]},
+           tool(0, "README.md\nsetup.py\n")]
+    two = [*one, {"role": "assistant", "content": "Reading both.", "tool_calls": [
+        call(1, '{"path": "README.md", "limit": 2.5}', "read"), call(2, '{"cmd": "cat \\"café 🙂\\""}')]},
+        tool(1, [{"type": "text", "text": "# Title"}, {"type": "text", "text": ""}, {"type": "text", "text": "x"}]),
+        tool(2, "")]
+    odd = [*first, {"role": "assistant", "content": "", "tool_calls": [call(3, ""), call(4, "not json")]},
+           tool(3, "a"), tool(4, "b"),
+           {"role": "assistant", "content": "Done?", "tool_calls": [call(5, "[1, 2]")]}, tool(5, "c"),
+           {"role": "assistant", "content": "Yes.", "tool_calls": []},
+           {"role": "user", "name": "reviewer", "content": [
+               {"type": "text", "text": "Check again."}, {"type": "text", "text": ""},
+               {"type": "text", "text": "  twice  "}]}]
+    bodies = []
+    for messages in (first, one, two, odd):
+        for tools in (TOOLS, [*TOOLS, read]):
+            bodies.append({"model": POLICY, "messages": messages, "tools": tools, "tool_choice": "auto",
+                           "temperature": 0.7, "max_tokens": 32})
+    bodies.append({**bodies[-1], "add_generation_prompt": False})
+    bodies.append({"model": POLICY, "messages": odd, "temperature": 0.7, "max_tokens": 32})  # tool calls, no tools
+
+    served = []
+    for body in bodies:
+        key = io.shape_key(body, True, True)
+        assert key is not None, body
+        answer = server_post(server, "/v1/chat/completions/render", body)
+        answer["sampling_params"].setdefault("max_tokens", 16)
+        rendered = Rendered(answer["token_ids"], answer["sampling_params"], answer)
+        assert io.render(key, body) is None  # not yet confirmed: the server renders it
+        io.learn_render(key, body, rendered)
+        served.append((key, body, rendered))
+    assert io.stats["render_mismatch"] == 0, [s.render_refused for s in io.shapes.values()]
+    # vLLM detects this template's content format as "openai" (its text macro loops over content parts), and the
+    # requests above tell the two forms apart: "string" was dropped on the way.
+    assert io.formats == ("openai",)
+    for key, body, rendered in served:
+        local = io.render(key, body)
+        assert local is not None and local.prompt_ids == rendered.prompt_ids, body["messages"]

@@ -2,9 +2,10 @@
 exact continuation adds).
 
 Exact continuation asks the server three times a call: render (the plain prompt ids and the effective sampling
-params), generate, derender (the sampled ids back to a chat answer). For a plain text conversation on a server
-alight started, the first and the last are the served template and tokenizer applied in-process
-(serve/chat_render.py, handed in as `LocalTokens`): ~0.3 ms instead of an HTTP round trip each.
+params), generate, derender (the sampled ids back to a chat answer). On a server alight started, the render of a
+conversation (text, or tool calls and results) and the derender of a whole text answer are the served template and
+tokenizer applied in-process (serve/chat_render.py, handed in as `LocalTokens`): ~0.3 ms at short prompts instead
+of an HTTP round trip each.
 
 Trust is earned per **shape**: the request's keys other than its messages, seed and max_tokens (model, sampling
 settings, logprobs...), the route (render with or without a generation prompt) and what the client asked (ids,
@@ -13,11 +14,15 @@ answer: the same prompt ids and sampling params for render; for derender, the sa
 id and creation time. Render is confirmed per message **structure** too (`structure`: the roles, and which come
 first and last — the template branches a conversation takes), so a conversation's first call ([system, user])
 does not vouch for its second ([system, user, assistant, user]), whose earlier assistant turn a template may
-rewrite. Only what matched is answered locally after that, and every `RECHECK_EVERY`-th call of a shape goes to
-the server again and is compared; one difference and the shape goes to the server for good (logged once, counted
-in `stats`). What the local path takes at all:
+rewrite; a message other than a text turn adds what decides how the server prepares it (served_messages.kind: the
+content's form, tool calls, a tool_call_id). Only what matched is answered locally after that, and every
+`RECHECK_EVERY`-th call of a shape goes to the server again and is compared; one difference and the shape goes to
+the server for good (logged once, counted in `stats`). What the local path takes at all:
 
-- render: messages of roles system / user / assistant with string content and no other keys, no tools, and only
+- render: text turns of roles system / user / assistant as sent; or, with tools, tool calls, tool results or text
+  content parts, the messages and tools prepared as the server prepares them for its template
+  (proxy/served_messages.py). The server's content format ("openai" or "string", detected from its template) is
+  not known here: both forms are compared with the server's renders and only what matched stays a candidate. Only
   the request keys in `LOCAL_KEYS` (none that changes the prompt: chat_template_kwargs, documents, ...);
 - derender: a whole answer (not a stream), the client asked no logprobs (the local answer has none), the text has
   none of the tool parser's trigger strings (the server's parser would act on it) and does not end inside a
@@ -36,6 +41,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agentlightning_cli.proxy.served_messages import (CONTENT_FORMATS, NotLocal, kind, plain, served_conversation,
+                                                      served_tools)
 from agentlightning_cli.proxy.token_io import Rendered
 
 log = logging.getLogger(__name__)
@@ -49,9 +56,9 @@ RECHECK_EVERY = 64
 LOCAL_KEYS = frozenset({
     "model", "messages", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "max_tokens", "max_completion_tokens", "n", "logprobs", "top_logprobs",
-    "return_token_ids", "stop", "user", "tool_choice", "add_generation_prompt", "continue_final_message"})
+    "return_token_ids", "stop", "user", "tool_choice", "add_generation_prompt", "continue_final_message", "tools",
+    "parallel_tool_calls"})
 _PER_CALL = ("messages", "seed", "max_tokens", "max_completion_tokens")  # set per call, not part of the shape
-_ROLES = frozenset({"system", "user", "assistant"})
 
 
 class LocalTokens(Protocol):
@@ -59,7 +66,8 @@ class LocalTokens(Protocol):
 
     parser_triggers: tuple[str, ...]
 
-    def render_ids(self, messages: list[dict], add_generation_prompt: bool) -> list[int]: ...
+    def render_ids(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None
+                   ) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -84,7 +92,7 @@ def structure(messages: list[dict]) -> frozenset:
     last (templates special-case the first system turn and the last turn). [system, user] and [system, user,
     assistant, user] differ; every longer alternation of the second is the same structure."""
     last = len(messages) - 1
-    return frozenset((m["role"], i == 0, i == last) for i, m in enumerate(messages))
+    return frozenset((m["role"], i == 0, i == last, *kind(m)) for i, m in enumerate(messages))
 
 
 def _client_max_tokens(body: dict) -> int | None:
@@ -92,10 +100,13 @@ def _client_max_tokens(body: dict) -> int | None:
     return value if value is not None else body.get("max_completion_tokens")
 
 
-def _plain_messages(messages) -> bool:
-    return isinstance(messages, list) and bool(messages) and all(
-        isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)
-        and m.keys() <= {"role", "content"} for m in messages)
+def _prepared(chat_body: dict, content_format: str) -> tuple[list[dict], list[dict] | None]:
+    """The messages and tools the template gets: text turns without tools as sent, anything else as the server
+    prepares it in `content_format` (NotLocal: never local)."""
+    messages, tools = chat_body.get("messages"), chat_body.get("tools")
+    if tools is None and plain(messages):
+        return messages, None
+    return served_conversation(messages, content_format), None if tools is None else served_tools(tools)
 
 
 @dataclass
@@ -105,12 +116,19 @@ class LocalTokenIO:
     shapes: dict[str, _Shape] = field(default_factory=dict)
     stats: Counter = field(default_factory=Counter)
     """local_render, server_render, render_mismatch, local_derender, server_derender, derender_mismatch."""
+    formats: tuple[str, ...] = CONTENT_FORMATS
+    """The server's content format, as far as its renders tell: each one that any prepared request rendered
+    differently in is dropped (requests as sent, text turns without tools, do not tell)."""
 
     # ---- which shape, and whether this call may be local ---------------------------------------------------------
 
     def shape_key(self, chat_body: dict, want_token_ids: bool, want_logprobs: bool) -> str | None:
         """The shape of a chat body (as it goes upstream), or None: never local (see the module's list)."""
-        if not chat_body.keys() <= LOCAL_KEYS or not _plain_messages(chat_body.get("messages")):
+        if not chat_body.keys() <= LOCAL_KEYS:
+            return None
+        try:
+            _prepared(chat_body, self.formats[0])
+        except NotLocal:
             return None
         if chat_body.get("continue_final_message") or chat_body.get("tool_choice") not in (None, "none", "auto"):
             return None
@@ -136,8 +154,9 @@ class LocalTokenIO:
 
     # ---- render ---------------------------------------------------------------------------------------------------
 
-    def _local_ids(self, chat_body: dict) -> list[int]:
-        return self.tokens.render_ids(chat_body["messages"], chat_body.get("add_generation_prompt", True) is not False)
+    def _local_ids(self, chat_body: dict, content_format: str) -> list[int]:
+        messages, tools = _prepared(chat_body, content_format)
+        return self.tokens.render_ids(messages, chat_body.get("add_generation_prompt", True) is not False, tools)
 
     def render(self, key: str | None, chat_body: dict) -> Rendered | None:
         """The render of `chat_body` in-process, when its shape is confirmed (else None: ask the server, then
@@ -147,7 +166,7 @@ class LocalTokenIO:
                 or structure(chat_body["messages"]) not in shape.structures or self._due(shape, "render"):
             return None
         try:
-            ids = self._local_ids(chat_body)
+            ids = self._local_ids(chat_body, self.formats[0])
         except Exception:  # noqa: BLE001 - the server renders it, and learn_render says why the shape is refused
             return None
         rendered = self.render_from(shape.render, chat_body, ids)
@@ -161,14 +180,23 @@ class LocalTokenIO:
         if shape is None:
             return
         try:
-            ids = self._local_ids(chat_body)
+            if chat_body.get("tools") is None and plain(chat_body.get("messages")):  # as sent: the same in both
+                renders = dict.fromkeys(self.formats, self._local_ids(chat_body, self.formats[0]))
+            else:
+                renders = {f: self._local_ids(chat_body, f) for f in self.formats}
         except Exception as exc:  # noqa: BLE001 - a template that fails here but not on the server: server only
             return self._refuse_render(shape, f"the local render failed ({exc!r})")
-        if ids != served.prompt_ids:
+        matched = tuple(f for f in self.formats if renders[f] == served.prompt_ids)
+        if not matched:
+            ids = renders[self.formats[0]]
             where = next((i for i, (a, b) in enumerate(zip(ids, served.prompt_ids)) if a != b),
                          min(len(ids), len(served.prompt_ids)))
             return self._refuse_render(shape, f"prompt ids differ from the server's at {where} (local {len(ids)} "
                                               f"ids, server {len(served.prompt_ids)})")
+        if matched != self.formats:
+            log.info("exact continuation: the server prepares messages in the %s content format", matched[0])
+            self.formats = matched
+        ids = served.prompt_ids
         if shape.render is not None:
             local = self.render_from(shape.render, chat_body, ids)
             for name, a, b in (("sampling params", local.sampling_params, _comparable(served.sampling_params,

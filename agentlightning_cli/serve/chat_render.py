@@ -1,5 +1,6 @@
-"""The served model's chat template and tokenizer in alight's own process: what the proxy needs to render a plain
-text conversation to prompt ids, and to turn sampled ids back into text, without a round trip to vLLM (issue 34:
+"""The served model's chat template and tokenizer in alight's own process: what the proxy needs to render a
+conversation (text turns, or tools, tool calls and results prepared as the server prepares them:
+proxy/served_messages.py) to prompt ids, and to turn sampled ids back into text, without a round trip to vLLM (issue 34:
 exact continuation's render and derender calls cost ~6-15 ms a call, most of the latency it adds at short prompts).
 
 Only for servers alight started: it knows their model folder, the `--chat-template` it passed and the parsers it
@@ -40,10 +41,12 @@ class ServedChatRender:
         self._backend = self.tokenizer.backend_tokenizer  # the Rust tokenizer: encode without Python wrapping
         self._segments = SegmentEncoder.of(model_dir / "tokenizer.json", self._backend)
 
-    def render_ids(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    def render_ids(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None
+                   ) -> list[int]:
         """The prompt ids chat completions would use: the template rendered as text, encoded without special
-        tokens added (vLLM's chat path adds none: the template writes them)."""
-        text = self.tokenizer.apply_chat_template(messages, chat_template=self.template, tokenize=False,
+        tokens added (vLLM's chat path adds none: the template writes them). `messages` and `tools` as the server
+        hands them to the template (proxy/served_messages.py)."""
+        text = self.tokenizer.apply_chat_template(messages, tools=tools, chat_template=self.template, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt)
         if self._segments is not None:
             return self._segments.encode(text)
