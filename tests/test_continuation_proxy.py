@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -488,8 +489,11 @@ def test_replies_cut_at_max_tokens_are_closed_and_continued_in_one_row(rewriting
 def server_post(server, path: str, body: dict) -> dict:
     request = urllib.request.Request(f"{server.base_url}{path}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(request, timeout=300) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{path} answered {exc.code}: {exc.read()[:2000]!r}") from None
 
 
 # Text a template and a byte-level tokenizer can disagree on, if anything does: non-ASCII, emoji, newlines and tabs,
@@ -751,3 +755,57 @@ def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewrit
     for key, body, rendered in served:
         local = io.render(key, body)
         assert local is not None and local.prompt_ids == rendered.prompt_ids, body["messages"]
+
+
+def test_anthropic_tool_conversations_render_in_process_and_continue(rewriting_vllm, tmp_path):
+    """Claude Code's pattern through the proxy with the served template and tokenizer: Anthropic Messages, streamed,
+    with tools and a tool_use / tool_result exchange in the history, three calls an episode. The first episode's
+    new shapes and structures go to the server and are compared; the second episode, the same conversation,
+    renders every call in-process. Each call's plain render is the server's render of what the translator made of
+    the request, and each conversation continues as one chain (no fallback, no fork)."""
+    from agentlightning_cli.proxy.anthropic import request_to_chat
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    local = served_chat_render(model, TEMPLATE, "hermes", None)
+    tools = [{"name": "bash", "description": "run a command", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    history = [{"role": "user", "content": "List the files."},
+               {"role": "assistant", "content": [{"type": "text", "text": "Listing."}, {
+                   "type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"},
+                                            {"type": "text", "text": QUESTIONS[0]}]}]
+
+    def script(proxy):
+        for episode in ("first", "second"):
+            url = f"{proxy.episode_base_url(episode, 'anthropic-messages')}/v1/messages"
+            messages = list(history)
+            for turn in range(3):
+                body = {"model": "claude-x", "max_tokens": 48, "temperature": 0.7, "system": SYSTEM["content"],
+                        "tools": tools, "messages": messages, "stream": True}
+                events = sse_events(post(url, f"key-{episode}", body))
+                blocks: dict[int, dict] = {}
+                for e in events:
+                    if e.get("type") == "content_block_start":
+                        blocks[e["index"]] = dict(e["content_block"])
+                    elif e.get("type") == "content_block_delta" and e["delta"].get("type") == "text_delta":
+                        blocks[e["index"]]["text"] = blocks[e["index"]].get("text", "") + e["delta"]["text"]
+                reply = [blocks[i] for i in sorted(blocks)]
+                messages = [*messages, {"role": "assistant", "content": reply},
+                            {"role": "user", "content": QUESTIONS[turn + 1]}]
+        return dict(proxy.continuation.local.stats)
+
+    store, stats = in_proxy(server, model, tmp_path / "store", "exact", script, local_tokens=local)
+    assert stats.get("render_mismatch", 0) == 0, stats
+    for episode in ("first", "second"):
+        calls = store.get_calls(episode)
+        assert [c.status for c in calls] == ["ok"] * 3
+        assert [c.continuation["kind"] for c in calls] == ["start", "continue", "continue"], \
+            [c.continuation for c in calls]
+        for call in calls:
+            chat, _ = request_to_chat(json.loads(call.client_request))
+            chat = {k: v for k, v in chat.items() if k not in ("stream", "stream_options")}
+            served = server_post(server, "/v1/chat/completions/render", {**chat, "model": POLICY})
+            assert call.continuation["plain_len"] == len(served["token_ids"])
+    second = [c.continuation["local"] for c in store.get_calls("second")]
+    assert all("render" in steps for steps in second), second
+    assert stats["local_render"] >= 3 and stats["server_render"] >= 2, stats
