@@ -695,18 +695,10 @@ def test_derender_reads_only_the_prompts_last_ids_on_a_server_without_a_reasonin
     assert whole["usage"]["prompt_tokens"] == results[-1][2]
 
 
-def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewriting_vllm):
-    """proxy/served_messages.py through LocalTokenIO against the real server: requests with tools (with and without
-    a description, strict), assistant tool calls (content None or empty, arguments as JSON, empty, not JSON, not an
-    object, non-ASCII; two calls; an empty list), consecutive tool results, content given as text parts (an empty
-    one among them), a named user: each shape is learnt from the server's render, and then rendered in-process to
-    the server's prompt ids, with no shape refused."""
-    from agentlightning_cli.proxy.local_token_io import LocalTokenIO
-    from agentlightning_cli.proxy.token_io import Rendered
-    from agentlightning_cli.serve.chat_render import served_chat_render
-
-    server, model = rewriting_vllm
-    io = LocalTokenIO(served_chat_render(model, TEMPLATE, "hermes", None))
+def tool_bodies() -> list[dict]:
+    """Chat bodies with tools (with and without a description, strict), assistant tool calls (content None or empty,
+    arguments as JSON, empty, not JSON, not an object, non-ASCII; two calls; an empty list), consecutive tool
+    results, content given as text parts (an empty one among them), a named user."""
     read = {"type": "function", "function": {"name": "read", "parameters": {
         "type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "number"}}}, "strict": True}}
 
@@ -737,6 +729,13 @@ def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewrit
                            "temperature": 0.7, "max_tokens": 32})
     bodies.append({**bodies[-1], "add_generation_prompt": False})
     bodies.append({"model": POLICY, "messages": odd, "temperature": 0.7, "max_tokens": 32})  # tool calls, no tools
+    return bodies
+
+
+def learn_then_render_locally(server, io, bodies: list[dict]) -> None:
+    """Each body's shape learnt from the server's render (LocalTokenIO.learn_render), none refused; then every body
+    rendered in-process to the server's prompt ids."""
+    from agentlightning_cli.proxy.token_io import Rendered
 
     served = []
     for body in bodies:
@@ -749,12 +748,45 @@ def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewrit
         io.learn_render(key, body, rendered)
         served.append((key, body, rendered))
     assert io.stats["render_mismatch"] == 0, [s.render_refused for s in io.shapes.values()]
-    # vLLM detects this template's content format as "openai" (its text macro loops over content parts), and the
-    # requests above tell the two forms apart: "string" was dropped on the way.
-    assert io.formats == ("openai",)
     for key, body, rendered in served:
         local = io.render(key, body)
         assert local is not None and local.prompt_ids == rendered.prompt_ids, body["messages"]
+
+
+def test_requests_with_tools_render_in_process_as_the_server_renders_them(rewriting_vllm):
+    """proxy/served_messages.py through LocalTokenIO against the real server, on `tool_bodies`: each shape is learnt
+    from the server's render, and then rendered in-process to the server's prompt ids, with no shape refused."""
+    from agentlightning_cli.proxy.local_token_io import LocalTokenIO
+    from agentlightning_cli.serve.chat_render import served_chat_render
+
+    server, model = rewriting_vllm
+    io = LocalTokenIO(served_chat_render(model, TEMPLATE, "hermes", None))
+    learn_then_render_locally(server, io, tool_bodies())
+    # vLLM detects this template's content format as "openai" (its text macro loops over content parts), and the
+    # requests above tell the two forms apart: "string" was dropped on the way.
+    assert io.formats == ("openai",)
+
+
+def test_a_string_content_format_template_renders_tool_requests_in_process(tmp_path):
+    """The other content format, on its own server: SmolLM2's own template joins `message['content']` to strings
+    (vLLM detects "string"; the "openai" form's lists fail or differ there), ignores tools and renders tool turns as
+    their role. The same requests render in-process to the server's ids, and only "string" is left."""
+    from agentlightning_cli.proxy.local_token_io import LocalTokenIO
+    from agentlightning_cli.serve import smollm2
+    from agentlightning_cli.serve.chat_render import served_chat_render
+    from agentlightning_cli.serve.vllm import VLLMServer
+
+    model = smollm2.smollm2_dir(harness_home())
+    server = VLLMServer(model, ServeSettings(max_model_len=2048, startup_timeout_s=600,
+                                             extra_args=["--dtype", "float32"]), tmp_path / "vllm.log")
+    server.start(warm_up=False)
+    try:
+        io = LocalTokenIO(served_chat_render(model, None, "hermes", None))
+        name = server.settings.served_model_name
+        learn_then_render_locally(server, io, [{**body, "model": name} for body in tool_bodies()])
+        assert io.formats == ("string",)
+    finally:
+        server.stop()
 
 
 def test_anthropic_tool_conversations_render_in_process_and_continue(rewriting_vllm, tmp_path):

@@ -179,16 +179,21 @@ class LocalTokenIO:
         shape = self._learning(key, "render")
         if shape is None:
             return
-        try:
-            if chat_body.get("tools") is None and plain(chat_body.get("messages")):  # as sent: the same in both
-                renders = dict.fromkeys(self.formats, self._local_ids(chat_body, self.formats[0]))
-            else:
-                renders = {f: self._local_ids(chat_body, f) for f in self.formats}
-        except Exception as exc:  # noqa: BLE001 - a template that fails here but not on the server: server only
-            return self._refuse_render(shape, f"the local render failed ({exc!r})")
-        matched = tuple(f for f in self.formats if renders[f] == served.prompt_ids)
+        as_sent = chat_body.get("tools") is None and plain(chat_body.get("messages"))  # the same in both formats
+        renders: dict[str, list[int]] = {}
+        failed: Exception | None = None
+        for f in self.formats[:1] if as_sent else self.formats:
+            try:
+                renders[f] = self._local_ids(chat_body, f)
+            except Exception as exc:  # noqa: BLE001 - e.g. a template that adds content to a string: not this form
+                failed = exc
+        if not renders:  # a template that fails here but not on the server: server only
+            return self._refuse_render(shape, f"the local render failed ({failed!r})")
+        if as_sent:
+            renders = dict.fromkeys(self.formats, renders[self.formats[0]])
+        matched = tuple(f for f in self.formats if renders.get(f) == served.prompt_ids)
         if not matched:
-            ids = renders[self.formats[0]]
+            ids = next(iter(renders.values()))
             where = next((i for i, (a, b) in enumerate(zip(ids, served.prompt_ids)) if a != b),
                          min(len(ids), len(served.prompt_ids)))
             return self._refuse_render(shape, f"prompt ids differ from the server's at {where} (local {len(ids)} "
