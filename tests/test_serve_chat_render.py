@@ -71,3 +71,19 @@ def test_the_proxy_gets_it_for_servers_alight_started_and_chose_the_template_of(
     assert local_chat_render(on, None) is None
     for args in (["--chat-template", "/x.jinja"], ["--tool-call-parser=llama3_json"], ["--tokenizer", "/t"]):
         assert local_chat_render(on, policy(tiny, args)) is None, args  # the server renders with what it was given
+
+
+def test_only_with_in_process_tokens_does_derender_get_the_prompts_tail(tiny):
+    """The proxy's derender calls carry the prompt's last ids only where it has the served tokens (a server alight
+    started without a reasoning parser); any other upstream gets every prompt id, as a reasoning parser needs."""
+    from agentlightning_cli.proxy.continued import ExactContinuation
+    from agentlightning_cli.proxy.token_io import DETOKENISER_WINDOW
+
+    on = ProxySettings(continuation="exact")
+    started = ExactContinuation(None, (), local_chat_render(on, policy(tiny)))  # type: ignore[arg-type]
+    other = ExactContinuation(None, (), local_chat_render(on, policy(tiny, starts=False)))  # type: ignore[arg-type]
+    assert started.io("e").prompt_tail == DETOKENISER_WINDOW and other.io("e").prompt_tail is None
+    ids = list(range(1000))
+    assert started.io("e").derender_prompt(ids) == ids[-DETOKENISER_WINDOW:]
+    assert other.io("e").derender_prompt(ids) is ids
+    assert started.io("e").derender_prompt(ids[:5]) == ids[:5]
