@@ -180,6 +180,12 @@ class TrainSettings(Section):
     spends the same compute at the same learning rate on a reward that says nothing (train/reward_control.py)."""
     max_row_tokens: int | None = None
     """Rows longer than this are dropped (never truncated); empty = serve.max_model_len."""
+    forks: Literal["pack", "row"] = "pack"
+    """A conversation's forks (a retry, a reply the harness dropped, a compaction: exact continuation counts them):
+    `pack` appends each to its parent's row as a branch, its shared prefix forwarded once, each branch attending
+    to its own context only (train/row_tree.py; the trainer passes a 4D attention mask, SDPA or eager attention);
+    `row` gives each its own row, the shared prefix forwarded again. Either way the same tokens train, each in the
+    context it was sampled in."""
     helper_calls: Literal["skip", "train"] = "skip"
     """Calls a harness makes beside its agent's turns under another model name than its recipe's `model` (Gemini
     CLI's next-speaker check, loop detection, chat compression, edit correction, ...): the proxy serves them from

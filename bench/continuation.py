@@ -21,7 +21,8 @@ Harnesses:
 Per harness and mode:
 - calls, episodes and calls per episode (what episodes actually reached, not the limit asked);
 - rows (train/rows.build_rows, the trainer's own, merge strict, on the stored calls) and training tokens forwarded
-  (the sum of row lengths: prompt + completion ids every row feeds the trainer);
+  (the sum of row lengths: prompt + completion ids every row feeds the trainer), with forks packed into their
+  parent's row (train.forks = pack, the default) and, beside it, as rows of their own (train.forks = row);
 - breaks per 100 calls by kind: the trainer's split labels (template / retokenised / edited / other ...) and, under
   exact, the proxy's decisions (fork and fallback reasons, from each call's `continuation` record);
 - the proxy's own latency per call (and per 1k prompt tokens, median): wall time of the call as the proxy recorded
@@ -411,7 +412,10 @@ def pct(values: list[float], q: float) -> float | None:
 def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
     from agentlightning_cli.train.rows import build_rows
 
-    calls_n, rows_n, tokens, cpu = 0, 0, 0, 0.0
+    import dataclasses
+
+    calls_n, rows_n, tokens, cpu, unpacked_rows, unpacked_tokens = 0, 0, 0, 0.0, 0, 0
+    unpacked_ctx = dataclasses.replace(ctx, pack_forks=False)
     trainer: collections.Counter = collections.Counter()
     proxy: collections.Counter = collections.Counter()
     local: collections.Counter = collections.Counter()
@@ -427,6 +431,9 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
         report = build_rows(ep["episode_id"], calls, ctx, merge="strict")
         rows_n += len(report.rows)
         tokens += sum(row.length for row in report.rows)
+        unpacked = build_rows(ep["episode_id"], calls, unpacked_ctx, merge="strict").rows
+        unpacked_rows += len(unpacked)
+        unpacked_tokens += sum(row.length for row in unpacked)
         for label, n in report.breaks.items():  # fork/<reason>, fallback/<reason>: the proxy's decisions
             trainer[label] += n
         for call in calls:
@@ -449,6 +456,7 @@ def summarise(episodes: list[dict], ctx, clock: Clock) -> dict:
     return {
         "episodes": len(episodes), "outcomes": dict(statuses), "calls": calls_n, "calls_per_episode": per_episode,
         "rows": rows_n, "training_tokens": tokens,
+        "rows_forks_as_rows": unpacked_rows, "training_tokens_forks_as_rows": unpacked_tokens,
         "trainer_breaks_per_100": {k: per100(trainer[k]) for k in sorted({*TRAINER_LABELS, *trainer})},
         "trainer_breaks": dict(trainer),
         "proxy_breaks_per_100": {k: per100(v) for k, v in sorted(proxy.items())},
@@ -507,7 +515,8 @@ def table(results: dict) -> list[str]:
         same = modes.get("render_of_exact_calls")
         modes = {m: modes[m] for m in MODES if m in modes}
         lines.append(f"\n{kind}")
-        keys = ["calls", "rows", "training_tokens", "prompt_tokens_p50", "call_wall_ms_p50",
+        keys = ["calls", "rows", "training_tokens", "rows_forks_as_rows", "training_tokens_forks_as_rows",
+                "prompt_tokens_p50", "call_wall_ms_p50",
                 "proxy_own_ms_per_call_p50", "render_derender_ms_per_call_p50", "proxy_own_ms_per_call_per_1k_p50",
                 "render_derender_ms_per_call_per_1k_p50", "added_ms_per_call_p50", "added_ms_per_call_per_1k_p50",
                 "process_cpu_ms_per_call",
@@ -538,8 +547,10 @@ def table(results: dict) -> list[str]:
         if same and modes.get("exact", {}).get("training_tokens"):
             lines.append(f"  the exact episodes' calls as render sends them: {same['rows']} rows, "
                          f"{same['training_tokens']} training tokens "
-                         f"({same['training_tokens'] / modes['exact']['training_tokens']:.2f}x exact's), "
-                         f"breaks {same['trainer_breaks']}")
+                         f"({same['training_tokens'] / modes['exact']['training_tokens']:.2f}x exact's"
+                         + (f", {same['training_tokens'] / modes['exact']['training_tokens_forks_as_rows']:.2f}x with"
+                            " forks as rows" if modes['exact'].get('training_tokens_forks_as_rows') else "")
+                         + f"), breaks {same['trainer_breaks']}")
     return lines
 
 
@@ -568,6 +579,9 @@ def targets(results: dict) -> dict:
             entry["same_calls_render_over_exact_training_tokens"] = round(
                 same["training_tokens"] / exact["training_tokens"], 3)
             entry["same_calls_training_tokens_3x_fewer"] = same["training_tokens"] >= 3 * exact["training_tokens"]
+            if exact.get("training_tokens_forks_as_rows"):  # the same with every fork in a row of its own
+                entry["same_calls_render_over_exact_forks_as_rows"] = round(
+                    same["training_tokens"] / exact["training_tokens_forks_as_rows"], 3)
         if render and exact["added_ms_per_call_per_1k_p50"] is not None \
                 and render["added_ms_per_call_per_1k_p50"] is not None:
             # what exact adds over render (whose added time is the proxy's own: its one upstream call is the model's)

@@ -29,6 +29,7 @@ from agentlightning_cli.inspect.tokens import end_of_turn_ids
 from agentlightning_cli.proxy.chat import plan_chat
 from agentlightning_cli.proxy.server import Proxy
 from agentlightning_cli.store import Store
+from agentlightning_cli.train import row_tree
 from agentlightning_cli.train.rows import RowContext, build_rows
 from tests import proxy_support
 from tests.harness_support import harness_home
@@ -127,16 +128,16 @@ def agent(client: Client, turns: int, seed: int) -> list[dict]:
     return replies
 
 
-def rows_of(store: Store, episode: str, model: Path):
-    return rows_of_calls(store.get_calls(episode), episode, model)
+def rows_of(store: Store, episode: str, model: Path, pack_forks: bool = True):
+    return rows_of_calls(store.get_calls(episode), episode, model, pack_forks)
 
 
-def rows_of_calls(calls: list, episode: str, model: Path):
+def rows_of_calls(calls: list, episode: str, model: Path, pack_forks: bool = True):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model))
     ctx = RowContext(decode=lambda ids: tok.decode(list(ids)), special_tokens=tok.all_special_tokens,
-                     eot_ids=end_of_turn_ids(model / "tokenizer.json"))
+                     eot_ids=end_of_turn_ids(model / "tokenizer.json"), pack_forks=pack_forks)
     return calls, build_rows(episode, calls, ctx, merge="strict")
 
 
@@ -317,9 +318,10 @@ def sampled_positions(row) -> list[tuple[str, int]]:
 def test_sub_agents_interleaved_and_a_fork_make_one_row_per_conversation_and_are_counted(rewriting_vllm, tmp_path):
     """The sub-agent pattern: a harness opens two conversations (different first user turns, same system and
     tools) and interleaves them, A1 B1 A2 B2 A3, then resends A2's request with its user turn edited (a fork). The
-    trainer's rows are the two conversations + the fork's row; the fork is counted with its reason; no sampled
-    token is in two rows; every trained span is what vLLM sampled for that call. `alight inspect` shows the counts
-    (episode) and each call's decision (call view)."""
+    trainer's rows are the two conversations, the fork packed into A's as a branch (train.forks = pack) and, with
+    train.forks = row, in a row of its own; the fork is counted with its reason; no sampled token is in two rows;
+    every trained span is what vLLM sampled for that call, and every call's context along its row's tree is the ids
+    it was sampled after. `alight inspect` shows the counts (episode) and each call's decision (call view)."""
     from agentlightning_cli.commands.inspect import show_call, show_episode
     from agentlightning_cli.inspect import text
     from agentlightning_cli.inspect.source import RunSource
@@ -358,31 +360,44 @@ def test_sub_agents_interleaved_and_a_fork_make_one_row_per_conversation_and_are
     assert b2.continuation["chain"] == chain_b and f.continuation["parent"] == chain_a
     assert f.continuation["chain"] not in (None, chain_a, chain_b)
 
-    # Rows: one per conversation opened + the fork's.
-    assert [r.call_ids for r in report.rows] == [[a1.id, a2.id, a3.id], [b1.id, b2.id], [f.id]], report.rows
-    assert len(report.rows) == 2 + 1
+    # Rows: one per conversation opened, the fork packed into its parent's (or its own, unpacked).
+    assert [r.call_ids for r in report.rows] == [[a1.id, a2.id, a3.id, f.id], [b1.id, b2.id]], report.rows
+    by_id = {c.id: c for c in calls}
+    for row in report.rows:
+        ids = row.prompt_ids + row.completion_ids
+        ends = [i for i, m in enumerate([0] * len(row.prompt_ids) + row.mask + [0]) if m and not
+                ([0] * len(row.prompt_ids) + row.mask + [0])[i + 1]]
+        assert [[ids[i] for i in row_tree.path(len(ids), row.branches, end)] for end in ends] == \
+            [by_id[c].prompt_token_ids + by_id[c].completion_token_ids for c in row.call_ids]
+    [(start, attach)] = report.rows[0].branches
+    assert attach < len(a2.prompt_token_ids)  # F shares A's ids up to its edited turn only
+    unpacked = rows_of(store, "ep", model, pack_forks=False)[1]
+    assert [r.call_ids for r in unpacked.rows] == [[a1.id, a2.id, a3.id], [b1.id, b2.id], [f.id]], unpacked.rows
+    assert sum(r.length for r in report.rows) == sum(r.length for r in unpacked.rows) - attach  # prefix once
     counts = report.counts.to_dict()
     assert (counts["mode"], counts["calls"], counts["conversations"]) == ("exact", 6, 2)
     assert counts["forks"] == {"edited": 1} and counts["fallbacks"] == {}
     assert counts["breaks"] == {"fork/edited": 1} and counts["breaks_per_100_calls"] == {"fork/edited": 16.67}
     # No sampled token in two rows, and each trained span is exactly what vLLM's generate sampled for that call.
-    positions = [p for row in report.rows for p in sampled_positions(row)]
-    assert len(positions) == len(set(positions)) == sum(len(c.completion_token_ids) for c in calls)
-    by_id = {c.id: c for c in calls}
-    for row in report.rows:
+    for layout in (report, unpacked):
+        positions = [p for row in layout.rows for p in sampled_positions(row)]
+        assert len(positions) == len(set(positions)) == sum(len(c.completion_token_ids) for c in calls)
+    for row in report.rows + unpacked.rows:
         trained = [t for t, m in zip(row.completion_ids, row.mask) if m]
         generated = [json.loads(by_id[cid].upstream_response)["choices"][0] for cid in row.call_ids]
         sampled = [t for choice in generated for t in choice["token_ids"]]
         assert trained == sampled
-    # The fork's prompt holds A1's reply as context (mask 0), never as a trained span of its row.
+    # The fork's prompt holds A1's reply as context (mask 0), never as a trained span of its row (unpacked), and
+    # packed it attaches after that reply: A1's tokens are in the row once, trained once.
     [span] = f.continuation["masked_spans"]
-    assert f.prompt_token_ids[span[0]:span[1]] == a1.completion_token_ids and span[1] <= len(report.rows[2].prompt_ids)
+    assert f.prompt_token_ids[span[0]:span[1]] == a1.completion_token_ids
+    assert span[1] <= len(unpacked.rows[2].prompt_ids) and attach >= span[1] - 1
 
     # alight inspect: the episode's counts (JSON and text) and the fork's decision (call view, JSON and text).
     with RunSource.open(tmp_path / "store") as src:
         episode = show_episode(src, "ep")
         call = show_call(src, f.id, raw=True)
-    assert episode["rows"]["conversations"] == counts and len(episode["rows"]["rows"]) == 3
+    assert episode["rows"]["conversations"] == counts and len(episode["rows"]["rows"]) == 2
     assert "conversations exact: 2 conversations in 6 calls; forks edited 1; fallbacks none; breaks per 100" \
            " calls fork/edited 16.67" in text.episode_text(episode)
     cont = call["continuation"]

@@ -181,7 +181,8 @@ def test_a_round_sampled_greedily_says_so(tmp_path: Path, tiny: Path):
 def test_alight_train_and_inspect_count_conversations_forks_and_breaks_of_exact_continuation(tmp_path: Path,
                                                                                              tiny: Path):
     """Exact continuation's records (two interleaved conversations + a fork per episode, as the proxy writes them):
-    one row per conversation + one per fork, whatever came between; `alight train` (JSON and text) and `alight
+    one row per conversation, whatever came between, its fork packed in as a branch (train.forks = pack; the
+    trainer attends along the tree: tests/test_train_packed_forks.py); `alight train` (JSON and text) and `alight
     inspect` (stats, episode) count conversations, forks by reason and breaks per 100 calls of every kind."""
     import json
 
@@ -195,7 +196,7 @@ def test_alight_train_and_inspect_count_conversations_forks_and_breaks_of_exact_
     result = alight_train(tmp_path, "r", "--base-model", str(tiny), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert (report["rows"], report["calls"]) == (12, 24)  # 4 episodes x (2 conversations + 1 fork)
+    assert (report["rows"], report["calls"]) == (8, 24)  # 4 episodes x 2 conversations, each fork packed in
     assert report["break_reasons"] == {"fork/edited": 4}
     counts = {"mode": "exact", "calls": 24, "exact_calls": 24, "render_calls": 0, "conversations": 8,
               "forks": {"edited": 4}, "fallbacks": {}, "breaks": {"fork/edited": 4},
@@ -217,7 +218,11 @@ def test_alight_train_and_inspect_count_conversations_forks_and_breaks_of_exact_
                         text=True, timeout=300)
     assert ep.returncode == 0, ep.stderr
     rows = json.loads(ep.stdout)["rows"]
-    assert len(rows["rows"]) == 3 and [r["calls"] for r in rows["rows"]] == [[0, 2, 4], [1, 3], [5]]
+    assert [r["calls"] for r in rows["rows"]] == [[0, 2, 4, 5], [1, 3]]
+    assert [r["branches"] for r in rows["rows"]] == [1, 0]
+    shown = subprocess.run([*inspect, "show", episode, "--run", "r"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300)
+    assert "row 0: calls 0, 2, 4, 5 — " in shown.stdout and ", 1 fork packed in" in shown.stdout, shown.stdout
     assert rows["conversations"] == {**counts, "calls": 6, "exact_calls": 6, "conversations": 2, "forks": {"edited": 1},
                                      "breaks": {"fork/edited": 1}, "breaks_per_100_calls": {"fork/edited": 16.67}}
 

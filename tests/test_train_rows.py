@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentlightning_cli.store import CallRecord, Store
+from agentlightning_cli.train import row_tree
 from agentlightning_cli.train.rows import RowContext, build_rows
 
 # A toy vocabulary: ids -> text pieces. 1/2 are the turn markers, 3 the end of turn, like ChatML's.
@@ -171,10 +172,28 @@ def _exact(call: FakeCall, kind: str, chain: str | None, reason: str | None = No
     return call
 
 
+def contexts(row) -> list[list[int]]:
+    """The ids each call of a row is trained in: its last token's context along the row's tree (row_tree.path)."""
+    ids, out, end = row.prompt_ids + row.completion_ids, [], 0
+    for call_end in call_ends(row):
+        out.append([ids[i] for i in row_tree.path(len(ids), row.branches, call_end)])
+        end = call_end
+    assert end == len(ids) - 1 or not row.call_ids
+    return out
+
+
+def call_ends(row) -> list[int]:
+    """Flat index of the last token of each sampled run (one per call: every reply here ends with id 3)."""
+    flat = [0] * len(row.prompt_ids) + row.mask
+    return [i for i, m in enumerate(flat) if m and (i + 1 == len(flat) or not flat[i + 1])]
+
+
 def test_exactly_continued_calls_join_their_own_conversations_row_and_forks_and_fallbacks_are_labelled():
     """Exact continuation: a continue joins its chain's row wherever another conversation's calls came between; a
-    start opens a row without a break; a fork opens one with break `fork/<reason>`; a fallback joins its parent's
-    row when its prompt still continues it, else breaks as `fallback/<reason>`. Counted per kind."""
+    start opens a row without a break; a fork (break `fork/<reason>`) joins its parent's row as a branch
+    (train.forks = pack), or opens its own (row); a fallback joins its parent's row when its prompt still continues
+    it, else breaks as `fallback/<reason>`. Counted per kind. Packed, every call's context along the row's tree is
+    exactly the ids it was sampled after and its reply; the shared prefix is in the row once."""
     other = [1, 10, 2, 21, 3, 2] + GEN  # another first user turn: a sub-agent
     a1 = _exact(FakeCall(SYS_USER + GEN, [13, 3], id="a1"), "start", "c1")
     b1 = _exact(FakeCall(other, [20, 3], id="b1"), "start", "c2")
@@ -184,10 +203,28 @@ def test_exactly_continued_calls_join_their_own_conversations_row_and_forks_and_
                   "fork", "c4", "edited", "c1")
     skew = _exact(FakeCall(other + [12, 12, 3] + GEN, [13, 3], id="s"), "fallback", "c5", "skew", "c3")
     a3 = _exact(FakeCall(a2.prompt_token_ids + [16, 3] + TOOL + GEN, [13, 3], id="a3"), "continue", "c1")
-    report = build_rows("ep", [a1, b1, a2, b2, fork, skew, a3], CTX)
+    calls = [a1, b1, a2, b2, fork, skew, a3]
+    by_id = {c.id: c for c in calls}
+    packed = build_rows("ep", calls, CTX)
+    assert [r.call_ids for r in packed.rows] == [["a1", "a2", "f", "a3"], ["b1", "b2"], ["s"]]
+    assert [r.split for r in packed.rows] == [None, "start", "fallback/skew"]
+    assert packed.breaks == {"fork/edited": 1, "fallback/skew": 1}
+    host = packed.rows[0]
+    # The fork shares a1's context and reply, then a3 continues a2 (no longer the row's last token): two branches.
+    shared = len(SYS_USER + GEN + [13, 3]) + 4  # TOOL and the fork's user turn share "\n<|im_start|>user\n"
+    assert host.branches == [(len(a2.prompt_token_ids) + 2, shared - 1),
+                             (len(a2.prompt_token_ids) + 2 + 1 + len(fork.prompt_token_ids) - shared + 2,
+                              len(a2.prompt_token_ids) + 1)]
+    assert contexts(host) == [by_id[c].prompt_token_ids + by_id[c].completion_token_ids for c in host.call_ids]
+    assert host.length == len(a3.prompt_token_ids) + 2 + 1 + (len(fork.prompt_token_ids) - shared + 2) + 1
+    assert sum(host.mask) == 8  # four replies of two tokens, each once; the repeats are context
+    assert packed.counts.to_dict() == build_rows("ep", calls, RowContext(**{**vars(CTX), "pack_forks": False})
+                                                 ).counts.to_dict()
+    report = build_rows("ep", calls, RowContext(**{**vars(CTX), "pack_forks": False}))
     assert [r.call_ids for r in report.rows] == [["a1", "a2", "a3"], ["b1", "b2"], ["f"], ["s"]]
     assert [r.split for r in report.rows] == [None, "start", "fork/edited", "fallback/skew"]
     assert report.breaks == {"fork/edited": 1, "fallback/skew": 1}
+    assert all(not r.branches for r in report.rows)
     counts = report.counts.to_dict()
     assert (counts["mode"], counts["calls"], counts["conversations"]) == ("exact", 7, 2)
     assert counts["forks"] == {"edited": 1} and counts["fallbacks"] == {"unclosed": 1, "skew": 1}

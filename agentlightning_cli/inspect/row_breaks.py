@@ -120,7 +120,7 @@ def episode_rows(calls: list[Call], merge: str = "strict", trainer_breaks: dict[
     for index, trained in enumerate(built):
         first = by_id[trained.call_ids[0]]
         row = Row(index=index, calls=[by_id[c].seq for c in trained.call_ids], tokens=trained.length,
-                  sampled=trained.trained_tokens, merge=trained.merge)
+                  sampled=trained.trained_tokens, merge=trained.merge, branches=len(trained.branches))
         if trained.split is not None:
             prev = previous[first.id]
             if trained.split in BREAK_REASONS:

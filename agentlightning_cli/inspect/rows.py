@@ -29,13 +29,15 @@ class Row:
     break_expected: int | None = None  # ... of how many
     merge: str = "strict"  # "splice" once a join in it needed the splice rule
     dropped: str | None = None  # why the trainer drops the whole row (longer than the run's row limit)
+    branches: int = 0  # forks packed into it (train.forks = pack: train/row_tree.py)
 
     def to_json(self, detail: dict[str, Any] | None = None) -> dict[str, Any]:
         brk = None if self.break_reason is None else {
             "matched": self.break_matched, "expected": self.break_expected, "reason": self.break_reason,
             **(detail or {})}
         return {"object": "row", "index": self.index, "calls": self.calls, "tokens": self.tokens,
-                "sampled": self.sampled, "merge": self.merge, "break": brk, "dropped": self.dropped}
+                "sampled": self.sampled, "merge": self.merge, "break": brk, "dropped": self.dropped,
+                "branches": self.branches}
 
 
 @dataclass

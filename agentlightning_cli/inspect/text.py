@@ -131,6 +131,8 @@ def rows_lines(rows: dict[str, Any]) -> list[tuple[str, str]]:
                 out.append(("yellow", f"      trainer's label: {brk['trainer_reason']}"))
         calls = ", ".join(str(s) for s in row["calls"])
         merge = "" if row.get("merge", "strict") == "strict" else f" ({row['merge']} merge)"
+        if row.get("branches"):
+            merge += f", {row['branches']} fork{'s' if row['branches'] > 1 else ''} packed in"
         out.append(("", f"  row {row['index']}: calls {calls} — {row['tokens']} tokens, {row['sampled']} sampled{merge}"))
         if row.get("dropped"):
             out.append(("red", f"    not trained: {row['dropped']}"))

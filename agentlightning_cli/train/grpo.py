@@ -237,6 +237,7 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
     )
     trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
     trainer.filters = row_filters(job.rows)  # scored as vLLM sampled: temperature, then these (train/sampling.py)
+    trainer.tree_round = any(r.branches for r in rows)  # packed forks: each token scored in its own context
     for record, old in zip(records, trainer.round_start_logps(records)):
         record["old_logps"] = old
     trainer.train_dataset = Dataset.from_list(records)  # the dataloader is built from it in train()
@@ -284,7 +285,7 @@ def _no_reward(*_args: Any, **kwargs: Any) -> list[float]:
 def _as_record(row: Any) -> dict[str, Any]:
     return {"prompt": "", "prompt_ids": row.prompt_ids, "completion_ids": row.completion_ids, "mask": row.mask,
             "logprobs": row.logprobs, "advantage": row.advantage * row.weight, "reward": row.reward,
-            "calls": len(row.call_ids)}
+            "calls": len(row.call_ids), "branches": [list(b) for b in row.branches]}
 
 
 def pad_rows(rows: list[Any], multiple: int, pad_id: int) -> list[Any]:

@@ -160,6 +160,7 @@ def train_round(store: Any, run_id: str, round_index: int, *, base_model: Path, 
     ctx = row_context(tokenizer, row_limit or t.max_row_tokens or settings.serve.max_model_len)
     source, ctx.sampling_defaults = _generation_defaults(run.config, settings, base_model)
     helper_rule(ctx, run.config, t)
+    ctx.pack_forks = t.forks == "pack"
     if ctx.sampling_defaults:
         log(f"serve.generation_config was {source!r} for this run: vLLM applied the model's generation_config.json"
             f" to keys a call did not send ({_settings(ctx.sampling_defaults)}), so its rows are scored with them")

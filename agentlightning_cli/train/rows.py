@@ -16,10 +16,14 @@ When neither applies a new row starts and the break is classified (classify_brea
 Calls the proxy continued exactly (`continuation` recorded, issue 34) are grouped by conversation first: a
 `continue` joins the row of its chain's last call (its prompt is that call's prompt + sampled ids by construction),
 wherever other conversations' calls came between (sub-agents interleave); a `start` opens a row (split "start", a
-new conversation, not a break); a `fork` opens a row (split and break "fork/<reason>": its prompt holds the parent's
-sampled tokens as context, so none is trained twice); a `fallback` joins its parent's row when its plain render
-still continues it, else opens a row (break "fallback/<reason>"). Render traffic (no continuation) merges with the
-call before it, as above.
+new conversation, not a break); a `fork` (break "fork/<reason>") joins its parent's row as a branch (`pack_forks`,
+train.forks = pack: its tokens after the ids it shares with its parent's context are appended, and the trainer lets
+each branch see only its own context: train/row_tree.py), so the shared prefix is forwarded once; with train.forks =
+row, or when it shares no id, other sampling or the row limit, it opens a row whose prompt holds the parent's
+sampled tokens as context, so none is trained twice either way; a `fallback` joins its parent's row when its plain
+render still continues it, else opens a row (break "fallback/<reason>"). A call that continues a chain whose last
+token is no longer its row's last (a branch came after it) joins as a branch too. Render traffic (no continuation)
+merges with the call before it, as above.
 
 Pure: no torch, no store. `decode` (ids -> text, special tokens kept) comes from the caller's tokenizer.
 """
@@ -32,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlightning_cli.train import row_tree
 from agentlightning_cli.train.conversations import ConversationCounts, count_calls, exact_decision
 from agentlightning_cli.train.helper_calls import is_helper
 from agentlightning_cli.train.sampling import call_constraints, effective_sampling, filters_of, is_penalised
@@ -66,6 +71,8 @@ class RowContext:
     # another is a helper call, left out unless train_helpers. None: no call is a helper.
     harness_model: str | None = None
     train_helpers: bool = False
+    # train.forks = pack: a fork joins its parent's row as a branch instead of opening a row (train/row_tree.py).
+    pack_forks: bool = True
 
 
 @dataclass
@@ -91,6 +98,9 @@ class Row:
     the prefix (a BREAK_REASONS label), another temperature or other filters, or the row limit; for exactly
     continued calls "start" (another conversation, not a break), "fork/<reason>" or "fallback/<reason>"
     (CONTINUATION_SPLITS). None for an episode's first row."""
+    branches: list[tuple[int, int]] = field(default_factory=list)
+    """Packed forks: (start, attach) flat indices over prompt + completion; the token at `start` repeats the one at
+    `attach` and what follows continues that token's context (train/row_tree.py). Empty: one linear context."""
 
     @property
     def length(self) -> int:
@@ -205,33 +215,45 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     rows: list[Row] = []
     prev = None
     defaults = ctx.sampling_defaults
-    by_chain: dict[str, tuple[Row, Any]] = {}  # exact continuation: chain id -> (its row, its last call)
+    # exact continuation: chain id -> (its row, its last call, the flat index its last token sits at)
+    by_chain: dict[str, tuple[Row, Any, int]] = {}
     helpers_of = None if ctx.train_helpers else ctx.harness_model
     for call in usable_calls(calls, report.dropped, defaults, helpers_of):
         prompt, comp = list(call.prompt_token_ids), list(call.completion_token_ids)
-        joined, split = None, None
+        joined, split, tip, fork = None, None, None, None
         cont = exact_decision(call)
         if cont is not None:
-            row, prev, split = _chain_target(cont, by_chain, row, prev)
+            row, prev, tip, split = _chain_target(cont, by_chain, row, prev, ctx.pack_forks)
+            if split is None and cont["kind"] == "fork":  # packing: `row` holds its parent's chain
+                fork = f"fork/{cont.get('reason')}"
         if row is not None and split is None:
-            joined = join(prev, prompt, merge, ctx)
-            if joined is None:
+            if fork is not None:
+                joined, tip = _branch(row, tip, prompt)
+                split = fork if joined is None else None
+            else:
+                joined = join(prev, prompt, merge, ctx)
+            if joined is None and split is None:
                 split = classify_break(list(prev.prompt_token_ids) + list(prev.completion_token_ids), prompt,
                                        ctx, len(prev.prompt_token_ids))
                 if cont is not None and cont["kind"] == "fallback":  # the proxy knows why it broke
                     split = f"fallback/{cont.get('reason')}"
-        if split is not None and split != "start" and rows:
-            report.breaks[split] += 1
-            report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": split})
+        broke = split or fork
+        if broke is not None and broke != "start" and rows:
+            report.breaks[broke] += 1
+            report.break_log.append({"episode_id": episode_id, "call_id": call.id, "reason": broke})
         if joined is not None:
+            repeat = int(tip is not None and tip != row.length - 1)  # a branch starts with its attach token again
             if sampling_key(call, defaults) != row.sampling:
                 joined = None  # one row is scored under one distribution
                 split = "sampling" if call_temperature(call, defaults) == row.temperature else "temperature"
-                report.dropped[f"{split}_splits"] += 1
-            elif ctx.max_tokens is not None and row.length + len(joined[0]) + len(comp) > ctx.max_tokens:
+            elif ctx.max_tokens is not None and row.length + repeat + len(joined[0]) + len(comp) > ctx.max_tokens:
                 joined = None  # start afresh rather than grow a row past the limit
                 split = "length"
-                report.dropped["length_splits"] += 1
+            if joined is None:
+                if fork is not None:
+                    split = fork  # as unpacked: the fork opens its row
+                else:
+                    report.dropped[f"{split}_splits"] += 1
         if joined is None:
             t, top_p, top_k, min_p = sampling_key(call, defaults)
             row = Row(episode_id=episode_id, prompt_ids=prompt, temperature=t, top_p=top_p, top_k=top_k, min_p=min_p,
@@ -239,6 +261,9 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
             rows.append(row)
         else:
             gap, rule = joined
+            if repeat:
+                row.branches.append((row.length, tip))
+                gap = [_token(row, tip), *gap]
             row.completion_ids += gap
             row.mask += [0] * len(gap)
             row.logprobs += [0.0] * len(gap)
@@ -250,7 +275,7 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
         row.call_ids.append(call.id)
         prev = call
         if cont is not None and cont.get("chain"):
-            by_chain[cont["chain"]] = (row, call)
+            by_chain[cont["chain"]] = (row, call, row.length - 1)
     report.built = rows
     report.counts = count_calls(calls, rows, report.breaks)
     for r in rows:
@@ -263,22 +288,45 @@ def build_rows(episode_id: str, calls: Sequence[Any], ctx: RowContext, merge: st
     return report
 
 
-def _chain_target(cont: dict[str, Any], by_chain: dict[str, tuple[Row, Any]], row: Row | None,
-                  prev: Any) -> tuple[Row | None, Any, str | None]:
-    """Which row an exactly continued call may join (row, its last call) or why it opens one (split): a continue
-    joins its chain's row, a fallback its parent's; a start and a fork open their own. A chain whose calls
-    trained nothing (or a record without chain ids) leaves the call to the prefix rule against the call before."""
+def _chain_target(cont: dict[str, Any], by_chain: dict[str, tuple[Row, Any, int]], row: Row | None, prev: Any,
+                  pack_forks: bool) -> tuple[Row | None, Any, int | None, str | None]:
+    """Which row an exactly continued call may join (row, its chain's last call, that call's last flat index) or
+    why it opens one (split): a continue joins its chain's row, a fallback its parent's, a fork (packing) its
+    parent's as a branch; a start, and a fork without packing, open their own. A chain whose calls trained nothing
+    (or a record without chain ids) leaves the call to the prefix rule against the call before."""
     kind = cont["kind"]
     if kind == "start":
-        return None, None, "start"
+        return None, None, None, "start"
     if kind == "fork":
-        return None, None, f"fork/{cont.get('reason')}"
+        target = by_chain.get(cont.get("parent") or "") if pack_forks else None
+        if target is None:
+            return None, None, None, f"fork/{cont.get('reason')}"
+        return target[0], target[1], target[2], None
     target = by_chain.get(cont.get("chain") if kind == "continue" else cont.get("parent") or "")
     if target is not None:
-        return target[0], target[1], None
+        return target[0], target[1], target[2], None
     if kind == "fallback" and row is None:
-        return None, None, f"fallback/{cont.get('reason')}"
-    return row, prev, None
+        return None, None, None, f"fallback/{cont.get('reason')}"
+    return row, prev, None, None
+
+
+def _token(row: Row, index: int) -> int:
+    return row.prompt_ids[index] if index < len(row.prompt_ids) else row.completion_ids[index - len(row.prompt_ids)]
+
+
+def _branch(row: Row, tip: int, prompt: list[int]) -> tuple[tuple[list[int], str] | None, int | None]:
+    """A fork packed into `row`: ((the ids to append after its attach token, "strict"), the attach index: the last
+    token of the parent chain's context (ending at `tip`) that the fork's prompt shares), or (None, None) when
+    it shares none."""
+    context = row_tree.path(row.length, row.branches, tip)
+    shared = 0
+    for index, token in zip(context, prompt):
+        if _token(row, index) != token:
+            break
+        shared += 1
+    if not shared:
+        return None, None
+    return (prompt[shared:], "strict"), context[shared - 1]
 
 
 def join(prev: Any, prompt: list[int], merge: str, ctx: RowContext) -> tuple[list[int], str] | None:

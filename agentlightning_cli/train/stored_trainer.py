@@ -37,11 +37,27 @@ class StoredGRPOTrainer(GRPOTrainer):
     is_cap = 3.0
     filters: tuple[float, int, float] = (1.0, 0, 0.0)  # (top_p, top_k, min_p) vLLM applied after the temperature
 
+    # A round whose rows hold packed forks (train/row_tree.py) scores every batch through the tree path, so a row
+    # is scored the same way at the round start and in the loss; `_branches` holds the batch's (row.branches).
+    tree_round = False
+    _branches: list[Any] | None = None
+
+    def _compute_loss(self, model, inputs):
+        self._branches = inputs.get("branches")
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._branches = None
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **kwargs):
         """TRL's fused head scores under softmax(logits / T) only. When vLLM also applied top_p/top_k/min_p, every
         logprob the loss and the round-start scoring use comes from the same processed distribution vLLM sampled
-        from (train/sampling.py), on full logits: B x T x V floats per chunk, so only then."""
+        from (train/sampling.py), on full logits: B x T x V floats per chunk, so only then. Rows with packed forks
+        need their own attention and positions: every batch of such a round goes through the same path."""
+        if self.tree_round:
+            return self._tree_logps(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                                    compute_aux_loss)
         if self.filters == (1.0, 0, 0.0):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
@@ -63,6 +79,35 @@ class StoredGRPOTrainer(GRPOTrainer):
         return (torch.cat(logps), torch.cat(entropies) if compute_entropy else None,
                 torch.zeros((), device=input_ids.device) if compute_aux_loss else None)
 
+    def _tree_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                    compute_aux_loss):
+        """Logprobs with each token attending to its own context only and positioned at its depth in it
+        (tree_inputs), scored under the processed distribution as above."""
+        from agentlightning_cli.train.sampling import processed_logps
+
+        top_p, top_k, min_p = self.filters
+        batch_size = batch_size or input_ids.size(0)
+        branches = self._branches if self._branches is not None else [[] for _ in range(input_ids.size(0))]
+        boolean = getattr(getattr(model, "config", None), "_attn_implementation", "sdpa") != "eager"
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids = input_ids[start:start + batch_size]
+            mask, positions = tree_inputs(attention_mask[start:start + batch_size],
+                                          branches[start:start + batch_size], self.model_dtype(model), boolean)
+            with self.accelerator.autocast():
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                               logits_to_keep=logits_to_keep + 1, use_cache=False).logits[:, :-1]
+            lp, ent = processed_logps(logits, ids[:, -logits_to_keep:], self.temperature, top_p, top_k, min_p,
+                                      entropy=compute_entropy)
+            logps.append(lp)
+            entropies.append(ent)
+        return (torch.cat(logps), torch.cat(entropies) if compute_entropy else None,
+                torch.zeros((), device=input_ids.device) if compute_aux_loss else None)
+
+    @staticmethod
+    def model_dtype(model: Any) -> torch.dtype:
+        return next(model.parameters()).dtype
+
     def round_start_logps(self, records: list[dict[str, Any]]) -> list[list[float]]:
         """Per row, the logprob of each completion token under the current (round-start) weights, scored as TRL
         scores them in the loss (same forward, same temperature); eval mode, no dropout."""
@@ -74,9 +119,11 @@ class StoredGRPOTrainer(GRPOTrainer):
             for start in range(0, len(records), size):
                 chunk = records[start:start + size]
                 t = self._tensors(chunk)
+                self._branches = [x.get("branches") or [] for x in chunk]
                 logps = self._score(t)
                 out += [logps[i, :len(x["completion_ids"])].tolist() for i, x in enumerate(chunk)]
         finally:
+            self._branches = None
             self.model.train(was_training)
         return out
 
@@ -157,7 +204,31 @@ class StoredGRPOTrainer(GRPOTrainer):
             # (B, T): the episode's advantage x its row weight x the truncated importance weight, per token
             "advantages": advantage[:, None] * rho,
             "old_per_token_logps": old_logps, "num_items_in_batch": num_items_in_batch,
+            "branches": [x.get("branches") or [] for x in inputs],  # split and shuffled with the rows by TRL
         }
+
+
+def tree_inputs(padding: Any, branches: list[Any], dtype: torch.dtype, boolean: bool) -> tuple[Any, Any]:
+    """(4D attention mask (B, 1, T, T), position ids (B, T)) for a batch laid out as TRL lays it out (prompt
+    padded on the left, completion on the right; `padding` is that 2D mask): each real token attends to its
+    ancestors (row_tree.attention) and sits at its depth; a padding token attends to itself only (no empty
+    softmax row). Boolean (True = attend) for SDPA and flex, additive floats for eager attention."""
+    from agentlightning_cli.train import row_tree
+
+    size, width = padding.shape
+    allowed = torch.eye(width, dtype=torch.bool, device=padding.device).repeat(size, 1, 1)
+    positions = torch.zeros(size, width, dtype=torch.long, device=padding.device)
+    for i in range(size):
+        real = padding[i].nonzero().flatten()
+        first, length = int(real[0]), len(real)
+        tree = [tuple(b) for b in branches[i] or []]
+        allowed[i, first:first + length, first:first + length] = row_tree.attention(length, tree).to(padding.device)
+        positions[i, first:first + length] = torch.tensor(row_tree.positions(length, tree), device=padding.device)
+    allowed = allowed[:, None]
+    if boolean:
+        return allowed, positions
+    floor = torch.finfo(dtype).min
+    return torch.zeros(allowed.shape, dtype=dtype, device=padding.device).masked_fill(~allowed, floor), positions
 
 
 def _batch_numbers(inputs: list[dict[str, Any]], prompt_mask: Any, completion_mask: Any, loss_mask: Any, rho: Any,
