@@ -14,10 +14,10 @@ import pytest
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.train import advantages as adv
 from agentlightning_cli.train import row_tree
-from agentlightning_cli.train.grpo import GRPORun, _as_record, build_trainer, pad_rows
+from agentlightning_cli.train.grpo import GRPORun, _as_record, build_trainer
 from agentlightning_cli.train.rows import RowContext, build_rows
 from agentlightning_cli.train.stored_trainer import tree_inputs
-from train_support import small_settings
+from train_support import loss_and_gradient, small_settings
 
 torch = pytest.importorskip("torch")
 
@@ -129,32 +129,16 @@ def test_packed_rows_score_every_trained_token_as_its_own_row_does(tiny: Path, t
     assert (linear[9:15] - flat_rows[9:15]).abs().max() > 1e-3
 
 
-def loss_and_gradient(tiny: Path, tmp_path: Path, loss_type: str, pack: bool) -> tuple[float, Any]:
-    settings = small_settings(loss_type=loss_type, batch_size=4, grad_accum=1, importance_sampling="none")
+def packed_loss(tiny: Path, tmp_path: Path, loss_type: str, pack: bool) -> tuple[float, Any]:
     scored = adv.group_advantages({"x": ("t", 1.0), "y": ("t", 0.0)}, "none")
-    rows = adv.apply(layout(pack), scored, loss_type)
-    trainer, _ = build_trainer(GRPORun(base_model=tiny, rows=rows, out_dir=tmp_path, settings=settings.train,
-                                       temperature=1.0, rank=8))
-    records = [_as_record(r) for r in pad_rows(rows, 4, 0)]
-    for record, old in zip(records, trainer.round_start_logps(records)):
-        record["old_logps"] = old
-    torch.manual_seed(0)
-    for name, p in trainer.model.named_parameters():  # the policy moved off round start: ratios not 1
-        if "lora_B" in name:
-            p.data.normal_(0, 0.5)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    batch = trainer._generate_and_score_completions(records)
-    loss = trainer._compute_loss(trainer.model, batch)
-    loss.backward()
-    grad = torch.cat([p.grad.flatten() for n, p in trainer.model.named_parameters() if p.grad is not None])
-    return loss.item(), grad
+    loss, grad, _ = loss_and_gradient(tiny, tmp_path, adv.apply(layout(pack), scored, loss_type), loss_type)
+    return loss, grad
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 def test_packing_a_fork_leaves_the_loss_and_its_gradient_unchanged(tiny: Path, tmp_path: Path, loss_type: str):
-    packed, packed_grad = loss_and_gradient(tiny, tmp_path / "a", loss_type, True)
-    rows, rows_grad = loss_and_gradient(tiny, tmp_path / "b", loss_type, False)
+    packed, packed_grad = packed_loss(tiny, tmp_path / "a", loss_type, True)
+    rows, rows_grad = packed_loss(tiny, tmp_path / "b", loss_type, False)
     assert rows_grad.abs().max() > 1e-4
     assert packed == pytest.approx(rows, rel=1e-4, abs=1e-7)
     assert torch.allclose(packed_grad, rows_grad, rtol=1e-3, atol=1e-6), float((packed_grad - rows_grad).abs().max())

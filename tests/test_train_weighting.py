@@ -12,9 +12,8 @@ import pytest
 
 from agentlightning_cli.serve.tiny_model import build_tiny_model
 from agentlightning_cli.train import advantages as adv
-from agentlightning_cli.train.grpo import GRPORun, _as_record, build_trainer, pad_rows
 from agentlightning_cli.train.rows import Row
-from train_support import small_settings
+from train_support import loss_and_gradient
 
 torch = pytest.importorskip("torch")
 
@@ -38,36 +37,20 @@ def layout(split: bool) -> list[Row]:
     return x + [Row("y", OTHER_PROMPT, OTHER, [1] * 4, [-3.0] * 4)]
 
 
-def loss_and_gradient(tiny: Path, tmp_path: Path, loss_type: str, split: bool) -> tuple[float, Any]:
-    settings = small_settings(loss_type=loss_type, batch_size=4, grad_accum=1, importance_sampling="none")
+def weighted_loss(tiny: Path, tmp_path: Path, loss_type: str, split: bool) -> tuple[float, Any]:
     scored = adv.group_advantages({"x": ("t", 1.0), "y": ("t", 0.0)}, "none")  # advantages +0.5 / -0.5
-    rows = adv.apply(layout(split), scored, loss_type)
-    trainer, _ = build_trainer(GRPORun(base_model=tiny, rows=rows, out_dir=tmp_path, settings=settings.train,
-                                       temperature=1.0, rank=8))
     # The same number of rows in both layouts (one padding row fewer when split): grpo and dr_grpo divide by it.
-    records = [_as_record(r) for r in pad_rows(rows, 4, 0)]
-    for record, old in zip(records, trainer.round_start_logps(records)):
-        record["old_logps"] = old
-    torch.manual_seed(0)
-    for name, p in trainer.model.named_parameters():  # as after some steps: the policy moved off round start,
-        if "lora_B" in name:  # so the ratios are not 1 and some tokens sit at the clip
-            p.data.normal_(0, 0.5)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    batch = trainer._generate_and_score_completions(records)
-    loss = trainer._compute_loss(trainer.model, batch)
+    loss, grad, trainer = loss_and_gradient(tiny, tmp_path, adv.apply(layout(split), scored, loss_type), loss_type)
     clipped = trainer._metrics["train"]["clip_ratio/region_mean"][-1]
     assert 0 < clipped < 1, clipped
-    loss.backward()
-    grad = torch.cat([p.grad.flatten() for n, p in trainer.model.named_parameters() if p.grad is not None])
-    return loss.item(), grad
+    return loss, grad
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
 def test_splitting_an_episode_into_two_rows_leaves_its_loss_and_gradient_unchanged(tiny: Path, tmp_path: Path,
                                                                                  loss_type: str):
-    whole, whole_grad = loss_and_gradient(tiny, tmp_path / "a", loss_type, split=False)
-    split, split_grad = loss_and_gradient(tiny, tmp_path / "b", loss_type, split=True)
+    whole, whole_grad = weighted_loss(tiny, tmp_path / "a", loss_type, split=False)
+    split, split_grad = weighted_loss(tiny, tmp_path / "b", loss_type, split=True)
     assert whole_grad.abs().max() > 1e-4  # (grpo's loss is 0 at ratio 1: the advantages sum to 0, once each)
     assert split == pytest.approx(whole, rel=1e-4, abs=1e-7)
     assert torch.allclose(split_grad, whole_grad, rtol=1e-3, atol=1e-6), float((split_grad - whole_grad).abs().max())

@@ -107,3 +107,30 @@ def sampled_spans(row) -> list[list[int]]:
             spans.append(row.completion_ids[start:i])
             start = None
     return spans
+
+
+def loss_and_gradient(tiny: Path, tmp_path: Path, rows: list, loss_type: str) -> tuple[float, Any, Any]:
+    """TRL's loss (through the trainer alight builds) and its gradient over the LoRA weights for `rows` (advantages
+    applied) in one batch of 4, after the policy moved off round start (ratios not 1, some tokens at the clip);
+    also the trainer, for its metrics."""
+    import torch
+
+    from agentlightning_cli.train.grpo import GRPORun, _as_record, build_trainer, pad_rows
+
+    settings = small_settings(loss_type=loss_type, batch_size=4, grad_accum=1, importance_sampling="none")
+    trainer, _ = build_trainer(GRPORun(base_model=tiny, rows=rows, out_dir=tmp_path, settings=settings.train,
+                                       temperature=1.0, rank=8))
+    records = [_as_record(r) for r in pad_rows(rows, 4, 0)]
+    for record, old in zip(records, trainer.round_start_logps(records)):
+        record["old_logps"] = old
+    torch.manual_seed(0)
+    for name, p in trainer.model.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.5)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions(records)
+    loss = trainer._compute_loss(trainer.model, batch)
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for n, p in trainer.model.named_parameters() if p.grad is not None])
+    return loss.item(), grad, trainer

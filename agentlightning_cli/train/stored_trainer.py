@@ -55,10 +55,7 @@ class StoredGRPOTrainer(GRPOTrainer):
         logprob the loss and the round-start scoring use comes from the same processed distribution vLLM sampled
         from (train/sampling.py), on full logits: B x T x V floats per chunk, so only then. Rows with packed forks
         need their own attention and positions: every batch of such a round goes through the same path."""
-        if self.tree_round:
-            return self._tree_logps(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                                    compute_aux_loss)
-        if self.filters == (1.0, 0, 0.0):
+        if self.filters == (1.0, 0, 0.0) and not self.tree_round:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
@@ -69,34 +66,15 @@ class StoredGRPOTrainer(GRPOTrainer):
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            extra = {}
+            if self.tree_round:  # each token attends to its own context only, positioned at its depth in it
+                branches = (self._branches or [[]] * input_ids.size(0))[start:start + batch_size]
+                attention = getattr(self.accelerator.unwrap_model(model).config, "_attn_implementation", "sdpa")
+                mask, extra["position_ids"] = tree_inputs(mask, branches, self.model_dtype(model),
+                                                          boolean=attention != "eager")
             with self.accelerator.autocast():
                 logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
-                               use_cache=False).logits[:, :-1]
-            lp, ent = processed_logps(logits, ids[:, -logits_to_keep:], self.temperature, top_p, top_k, min_p,
-                                      entropy=compute_entropy)
-            logps.append(lp)
-            entropies.append(ent)
-        return (torch.cat(logps), torch.cat(entropies) if compute_entropy else None,
-                torch.zeros((), device=input_ids.device) if compute_aux_loss else None)
-
-    def _tree_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                    compute_aux_loss):
-        """Logprobs with each token attending to its own context only and positioned at its depth in it
-        (tree_inputs), scored under the processed distribution as above."""
-        from agentlightning_cli.train.sampling import processed_logps
-
-        top_p, top_k, min_p = self.filters
-        batch_size = batch_size or input_ids.size(0)
-        branches = self._branches if self._branches is not None else [[] for _ in range(input_ids.size(0))]
-        boolean = getattr(getattr(model, "config", None), "_attn_implementation", "sdpa") != "eager"
-        logps, entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            ids = input_ids[start:start + batch_size]
-            mask, positions = tree_inputs(attention_mask[start:start + batch_size],
-                                          branches[start:start + batch_size], self.model_dtype(model), boolean)
-            with self.accelerator.autocast():
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                               logits_to_keep=logits_to_keep + 1, use_cache=False).logits[:, :-1]
+                               use_cache=False, **extra).logits[:, :-1]
             lp, ent = processed_logps(logits, ids[:, -logits_to_keep:], self.temperature, top_p, top_k, min_p,
                                       entropy=compute_entropy)
             logps.append(lp)
