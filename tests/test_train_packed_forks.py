@@ -142,3 +142,24 @@ def test_packing_a_fork_leaves_the_loss_and_its_gradient_unchanged(tiny: Path, t
     assert rows_grad.abs().max() > 1e-4
     assert packed == pytest.approx(rows, rel=1e-4, abs=1e-7)
     assert torch.allclose(packed_grad, rows_grad, rtol=1e-3, atol=1e-6), float((packed_grad - rows_grad).abs().max())
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_packed_mask_gives_each_branch_its_own_context_under_sdpa_and_eager(tiny: Path, attention: str):
+    """The model's own forward under each attention implementation the trainer supports: the fork's tokens, scored
+    in the packed row (bool mask for SDPA, additive for eager, positions along the tree), get the logits they get in
+    their own row."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation=attention, dtype=torch.float32).eval()
+    host, own = layout(True)[0], layout(False)[1]
+    packed = torch.tensor([host.prompt_ids + host.completion_ids])
+    mask, positions = tree_inputs(torch.ones_like(packed), [host.branches], torch.float32, attention != "eager")
+    with torch.no_grad():
+        tree = model(input_ids=packed, attention_mask=mask, position_ids=positions).logits[0]
+        alone = model(input_ids=torch.tensor([own.prompt_ids + own.completion_ids])).logits[0]
+    start = host.branches[0][0]
+    branch = tree[start:]  # the repeat and everything after it: the fork's ids from its last shared token on
+    assert torch.allclose(branch, alone[len(alone) - len(branch):], atol=1e-4)
+    flat = model(input_ids=packed).logits[0].detach()
+    assert not torch.allclose(flat[start:], branch, atol=1e-2)  # without the tree the branch reads another context
