@@ -16,7 +16,7 @@ from agentlightning_cli.train import advantages as adv
 from agentlightning_cli.train import row_tree
 from agentlightning_cli.train.grpo import GRPORun, _as_record, build_trainer
 from agentlightning_cli.train.rows import RowContext, build_rows
-from agentlightning_cli.train.stored_trainer import tree_inputs
+from agentlightning_cli.train.stored_trainer import boolean_tree_mask, tree_inputs
 from train_support import loss_and_gradient, small_settings
 
 torch = pytest.importorskip("torch")
@@ -163,3 +163,13 @@ def test_the_packed_mask_gives_each_branch_its_own_context_under_sdpa_and_eager(
     assert torch.allclose(branch, alone[len(alone) - len(branch):], atol=1e-4)
     flat = model(input_ids=packed).logits[0].detach()
     assert not torch.allclose(flat[start:], branch, atol=1e-2)  # without the tree the branch reads another context
+
+
+def test_an_attention_that_would_not_apply_the_tree_mask_is_refused():
+    from agentlightning_cli.errors import AlightError
+
+    assert boolean_tree_mask("sdpa") is True and boolean_tree_mask("eager") is False
+    for other in ("flash_attention_2", "flex_attention", None):
+        with pytest.raises(AlightError, match="packed forks need sdpa or eager attention") as caught:
+            boolean_tree_mask(other)
+        assert "train.forks: row" in caught.value.hint

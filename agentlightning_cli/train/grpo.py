@@ -238,6 +238,10 @@ def build_trainer(job: GRPORun) -> tuple[Any, Any]:
     trainer.is_mode, trainer.is_cap = s.importance_sampling, s.importance_cap
     trainer.filters = row_filters(job.rows)  # scored as vLLM sampled: temperature, then these (train/sampling.py)
     trainer.tree_round = any(r.branches for r in rows)  # packed forks: each token scored in its own context
+    if trainer.tree_round:  # refused before the round starts, not at its first forward
+        from agentlightning_cli.train.stored_trainer import boolean_tree_mask
+
+        boolean_tree_mask(getattr(model.config, "_attn_implementation", None))
     for record, old in zip(records, trainer.round_start_logps(records)):
         record["old_logps"] = old
     trainer.train_dataset = Dataset.from_list(records)  # the dataloader is built from it in train()

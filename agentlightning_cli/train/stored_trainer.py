@@ -71,7 +71,7 @@ class StoredGRPOTrainer(GRPOTrainer):
                 branches = (self._branches or [[]] * input_ids.size(0))[start:start + batch_size]
                 attention = getattr(self.accelerator.unwrap_model(model).config, "_attn_implementation", "sdpa")
                 mask, extra["position_ids"] = tree_inputs(mask, branches, self.model_dtype(model),
-                                                          boolean=attention != "eager")
+                                                          boolean=boolean_tree_mask(attention))
             with self.accelerator.autocast():
                 logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
                                use_cache=False, **extra).logits[:, :-1]
@@ -186,11 +186,25 @@ class StoredGRPOTrainer(GRPOTrainer):
         }
 
 
+TREE_ATTENTION = ("sdpa", "eager")  # the implementations that take a prepared 4D tensor mask as it is
+
+
+def boolean_tree_mask(attention: str | None) -> bool:
+    """Whether the model's attention implementation takes the tree mask as booleans (SDPA) or additive floats
+    (eager). Any other (flash attention, flex) would not apply a 4D tensor mask as given: refused, not guessed."""
+    if attention not in TREE_ATTENTION:
+        from agentlightning_cli.errors import AlightError
+
+        raise AlightError(f"packed forks need {' or '.join(TREE_ATTENTION)} attention; this model uses {attention!r}",
+                          hint="set train.forks: row (each fork its own row) or load the model with sdpa attention")
+    return attention == "sdpa"
+
+
 def tree_inputs(padding: Any, branches: list[Any], dtype: torch.dtype, boolean: bool) -> tuple[Any, Any]:
     """(4D attention mask (B, 1, T, T), position ids (B, T)) for a batch laid out as TRL lays it out (prompt
     padded on the left, completion on the right; `padding` is that 2D mask): each real token attends to its
     ancestors (row_tree.attention) and sits at its depth; a padding token attends to itself only (no empty
-    softmax row). Boolean (True = attend) for SDPA and flex, additive floats for eager attention."""
+    softmax row). Boolean (True = attend) for SDPA, additive floats for eager attention."""
     from agentlightning_cli.train import row_tree
 
     size, width = padding.shape
